@@ -1,0 +1,169 @@
+"""How much of the runtime's own speed survives serving over HTTP with dynamic batching.
+
+For `resnet18` and `digits` it measures, in one run on this machine:
+  1. in-process onnxruntime throughput at the best of several batch sizes (same session options
+     as the model's config.pbtxt), and
+  2. the throughput `autotune serve` delivers over HTTP (binary tensors, keep-alive
+     connections, one-row requests as clients send them) with the model's dynamic batching,
+     at a concurrency that keeps the server busy,
+and prints both with their ratio. Run: python benchmarks/serving_efficiency.py [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import onnxruntime as ort
+import orjson
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+ROOT = Path(__file__).resolve().parents[1]
+REPOSITORY = ROOT / "model_repository"
+
+MODELS = {
+    # model: (input name, item shape, batch sizes to try in-process, client concurrency)
+    "resnet18": ("input", (3, 224, 224), (1, 4, 8, 16), 16),
+    "digits": ("input", (1, 8, 8), (1, 16, 64), 32),
+}
+
+
+def in_process_throughput(model: str, seconds: float) -> tuple[float, int]:
+    """Best inferences/s over the batch sizes, and the batch size that gave it."""
+    name, shape, sizes, _ = MODELS[model]
+    config = text_format.Parse((REPOSITORY / model / "config.pbtxt").read_text(), mc.ModelConfig())
+    options = ort.SessionOptions()
+    if "intra_op_thread_count" in config.parameters:
+        options.intra_op_num_threads = int(config.parameters["intra_op_thread_count"].string_value)
+    session = ort.InferenceSession(str(REPOSITORY / model / "1" / "model.onnx"), options)
+    rng = np.random.default_rng(0)
+    best = (0.0, 0)
+    for size in sizes:
+        feed = {name: rng.random((size, *shape), dtype=np.float32)}
+        for _ in range(3):
+            session.run(None, feed)
+        count = 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds / len(sizes):
+            session.run(None, feed)
+            count += size
+        rate = count / (time.perf_counter() - start)
+        print(f"  in-process {model} batch {size:>3}: {rate:10.1f} infer/s")
+        best = max(best, (rate, size))
+    return best
+
+
+def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "serve", "--model-repository", str(repository), "--http-port", "0"],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        match = re.search(r"Started HTTPService at ([0-9.]+):(\d+)", log.read_text())
+        if match:
+            return process, f"http://{match.group(1)}:{match.group(2)}"
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"server did not start:\n{log.read_text()}")
+
+
+def binary_request(name: str, shape: tuple[int, ...]) -> tuple[bytes, dict[str, str]]:
+    data = np.random.default_rng(1).random((1, *shape), dtype=np.float32).tobytes()
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": name,
+                    "shape": [1, *shape],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": len(data)},
+                }
+            ],
+            "outputs": [{"name": "logits", "parameters": {"binary_data": True}}],
+        }
+    )
+    return header + data, {
+        "Inference-Header-Content-Length": str(len(header)),
+        "Content-Type": "application/octet-stream",
+    }
+
+
+async def served_throughput(base: str, model: str, seconds: float) -> float:
+    name, shape, _, concurrency = MODELS[model]
+    body, headers = binary_request(name, shape)
+    url = f"{base}/v2/models/{model}/infer"
+    completed = 0
+    failures = 0
+    measuring = False
+
+    async def worker(session: aiohttp.ClientSession, stop_at: float) -> None:
+        nonlocal completed, failures
+        while time.perf_counter() < stop_at:
+            async with session.post(url, data=body, headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    failures += 1
+                elif measuring:
+                    completed += 1
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        warm_until = time.perf_counter() + min(3.0, seconds / 3)
+        await asyncio.gather(*(worker(session, warm_until) for _ in range(concurrency)))
+        measuring = True
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(session, start + seconds) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    if failures:
+        raise RuntimeError(f"{failures} requests to {model} failed")
+    return completed / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="measurement per figure")
+    args = parser.parse_args()
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "build_model_repository.py"),
+            "--repository",
+            str(REPOSITORY),
+        ],
+        check=True,
+    )
+    print(f"machine: {os.cpu_count()} cores; onnxruntime {ort.__version__}")
+    in_process = {m: in_process_throughput(m, args.seconds) for m in MODELS}
+    with tempfile.TemporaryDirectory() as scratch:
+        process, base = start_server(REPOSITORY, Path(scratch) / "server.log")
+        try:
+            served = {m: asyncio.run(served_throughput(base, m, args.seconds)) for m in MODELS}
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    print()
+    print(f"{'model':<10} {'in-process (best batch)':>26} {'served over HTTP':>18} {'ratio':>7}")
+    for model in MODELS:
+        rate, size = in_process[model]
+        print(
+            f"{model:<10} {rate:>17.1f} (b={size:<3}) {served[model]:>18.1f} "
+            f"{served[model] / rate:>7.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

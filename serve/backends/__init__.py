@@ -1,0 +1,1 @@
+"""Model runtimes behind one small interface (see `serve.backends.base`)."""

@@ -1,0 +1,102 @@
+"""The backend contract: load a model instance, execute a batch of requests, unload.
+
+A backend is a module with a `Backend` subclass registered in `serve.backends.registry`.
+For each instance in the model's instance_group the engine creates one `ModelInstance` with
+`Backend.create_instance`, calls `load()` once, then `execute()` from that instance's own worker
+thread, one batch at a time, and finally `unload()`. GIL-releasing runtimes (onnxruntime, torch)
+therefore run instances in parallel; the python backend runs each instance in its own process.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.errors import ServeError
+from serve.inference import InferRequest
+
+# Per-request result of a batch: every output the model produced, or an error for that request.
+RequestResult = dict[str, np.ndarray] | ServeError
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceContext:
+    """Everything an instance needs to load itself."""
+
+    model_name: str
+    model_version: int
+    repository_path: Path  # the model repository root
+    model_dir: Path  # <repository>/<model>
+    model_path: Path  # <model_dir>/<version>/<default_model_filename>
+    config: mc.ModelConfig
+    instance_name: str  # e.g. "digits_0" (group name and index), as Triton names instances
+    instance_index: int
+    kind: str = "KIND_CPU"  # the kind this instance really runs on
+    device_id: int = 0
+
+
+@dataclass(slots=True)
+class BatchTimes:
+    """Durations a backend measured for one batch; they feed the statistics extension."""
+
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
+@dataclass(slots=True)
+class LoadWarnings:
+    """Messages a backend wants shown once at load (e.g. a GPU accelerator falling back to CPU)."""
+
+    messages: list[str] = field(default_factory=list)
+
+
+class ModelInstance(abc.ABC):
+    """One loaded copy of a model (one member of an instance group)."""
+
+    def __init__(self, context: InstanceContext) -> None:
+        self.context = context
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load the model. Raise ServeError with a clear reason when it cannot be loaded."""
+
+    @abc.abstractmethod
+    def execute(self, requests: Sequence[InferRequest], times: BatchTimes) -> list[RequestResult]:
+        """Run one batch and return one result per request, in order.
+
+        Called from this instance's worker thread, never concurrently with itself. Inputs were
+        validated against the model config; a request's inputs keep their batch dimension when
+        the model batches. Fill `times` with the compute input / infer / output durations.
+        """
+
+    def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release the model's resources."""
+
+
+class Backend(abc.ABC):
+    """A runtime kind: names, defaults and the factory of its instances."""
+
+    name: str = ""
+    default_model_filename: str = ""
+    # Config platforms that select this backend (e.g. "onnxruntime_onnx").
+    platforms: tuple[str, ...] = ()
+
+    def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:  # noqa: B027
+        """Fill in what the config leaves out (inputs, outputs, batching) from the model file."""
+
+    def default_instance_count(self, kind: str) -> int:
+        """Instances per group when the config gives no count (Triton: 2 for ORT on CPU)."""
+        return 1
+
+    def supports_gpu(self) -> bool:
+        return False
+
+    @abc.abstractmethod
+    def create_instance(self, context: InstanceContext) -> ModelInstance:
+        """A new, not yet loaded, instance."""

@@ -1,0 +1,438 @@
+"""Triton's pytorch (libtorch) backend: a TorchScript `model.pt` run with torch on CPU.
+
+Input mapping follows Triton: when every config input name is an argument of `forward()`, the
+inputs are passed by keyword; otherwise, when every name follows the `<name>__<index>` convention,
+positionally by index; otherwise positionally in config order. A model may return one tensor, a
+tuple/list of tensors (mapped by `<name>__<index>` or config order) or a dict of tensors (by key).
+
+torch is imported only when an instance loads, so the backend's metadata needs no torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInstance, RequestResult
+from serve.backends.batching import batch_rows, concat_inputs, split_outputs
+from serve.datatypes import config_to_wire, numpy_dtype, wire_datatype, wire_to_config
+from serve.errors import ServeError
+from serve.inference import InferRequest
+
+if TYPE_CHECKING:
+    import torch
+
+_log = logging.getLogger(__name__)
+
+_INDEXED_NAME = re.compile(r"^.+__(\d+)$")
+
+# torch allows setting the inter-op pool size once per process, before any parallel work.
+_interop_lock = threading.Lock()
+_interop_threads: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TorchOptions:
+    """The config `parameters` Triton's pytorch backend reads."""
+
+    intra_op_threads: int = 0  # 0: torch's default
+    inter_op_threads: int = 0
+    optimized_execution: bool = True
+    inference_mode: bool = True
+    jit_executor: bool | None = None  # None: leave torch's setting alone
+    jit_profiling: bool | None = None
+    # ENABLE_CUDNN, ENABLE_WEIGHT_SHARING and ENABLE_CACHE_CLEANING only concern GPUs: ignored.
+
+    @classmethod
+    def from_config(cls, config: mc.ModelConfig) -> TorchOptions:
+        params = {key: value.string_value for key, value in config.parameters.items()}
+        return cls(
+            intra_op_threads=_int_param(params, "INTRA_OP_THREAD_COUNT"),
+            inter_op_threads=_int_param(params, "INTER_OP_THREAD_COUNT"),
+            optimized_execution=not _bool_param(params, "DISABLE_OPTIMIZED_EXECUTION", False),
+            inference_mode=bool(_bool_param(params, "INFERENCE_MODE", True)),
+            jit_executor=_bool_param(params, "ENABLE_JIT_EXECUTOR", None),
+            jit_profiling=_bool_param(params, "ENABLE_JIT_PROFILING", None),
+        )
+
+
+def _int_param(params: Mapping[str, str], key: str) -> int:
+    raw = params.get(key, "").strip()
+    if not raw:
+        return 0
+    try:
+        return max(int(raw), 0)
+    except ValueError:
+        raise ServeError.unavailable(
+            f"config parameter '{key}' must be an integer, got '{raw}'"
+        ) from None
+
+
+def _bool_param(params: Mapping[str, str], key: str, default: bool | None) -> bool | None:
+    raw = params.get(key, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "on", "1"):
+        return True
+    if raw in ("false", "off", "0"):
+        return False
+    raise ServeError.unavailable(f"config parameter '{key}' must be true or false, got '{raw}'")
+
+
+@dataclass(frozen=True, slots=True)
+class _InputPlan:
+    names: tuple[str, ...]  # config inputs in the order forward() takes them
+    by_keyword: bool  # forward(name=tensor) rather than positional
+    omittable: frozenset[str]  # optional inputs whose forward() argument has a default
+
+
+@dataclass(frozen=True, slots=True)
+class _OutputPlan:
+    names: tuple[str, ...]  # config order
+    index: dict[str, int]  # position in a returned tuple/list
+    dtypes: dict[str, np.dtype]
+
+
+def _name_indices(names: Sequence[str]) -> dict[str, int] | None:
+    """`{name: index}` when every name follows `<name>__<index>`, else None."""
+    matches = [_INDEXED_NAME.match(name) for name in names]
+    if not names or not all(matches):
+        return None
+    return {name: int(m.group(1)) for name, m in zip(names, matches, strict=True) if m}
+
+
+def _tensor_dtype(model: str, kind: str, tensor: mc.ModelInput | mc.ModelOutput) -> np.dtype:
+    type_name = mc.DataType.Name(tensor.data_type)
+    if type_name == "TYPE_STRING":
+        raise ServeError.unavailable(
+            f"model '{model}': {kind} '{tensor.name}' is TYPE_STRING, which the pytorch backend "
+            "does not support"
+        )
+    try:
+        return numpy_dtype(config_to_wire(type_name))
+    except ServeError:
+        raise ServeError.unavailable(
+            f"model '{model}': {kind} '{tensor.name}' has unsupported data_type {type_name}"
+        ) from None
+
+
+def _plan_inputs(
+    model: str, config: mc.ModelConfig, forward_args: list[tuple[str, bool]] | None
+) -> _InputPlan:
+    names = [tensor.name for tensor in config.input]
+    for tensor in config.input:
+        _tensor_dtype(model, "input", tensor)
+    if forward_args is not None:
+        has_default = dict(forward_args)
+        if all(name in has_default for name in names):
+            unfed = [arg for arg, default in forward_args if not default and arg not in names]
+            if unfed:
+                raise ServeError.unavailable(
+                    f"model '{model}': forward() argument '{unfed[0]}' has no config input"
+                )
+            omittable = frozenset(
+                t.name for t in config.input if t.optional and has_default[t.name]
+            )
+            return _InputPlan(tuple(names), True, omittable)
+    indices = _name_indices(names)
+    if indices is None:
+        ordered = names
+    else:
+        if sorted(indices.values()) != list(range(len(names))):
+            raise ServeError.unavailable(
+                f"model '{model}': inputs named <name>__<index> must use indices "
+                f"0..{len(names) - 1} once each, got {', '.join(names)}"
+            )
+        ordered = sorted(names, key=lambda name: indices[name])
+    if forward_args is not None:
+        required = sum(1 for _, default in forward_args if not default)
+        if not required <= len(ordered) <= len(forward_args):
+            raise ServeError.unavailable(
+                f"model '{model}': config declares {len(ordered)} inputs but forward() takes "
+                f"{required} to {len(forward_args)} arguments"
+            )
+    return _InputPlan(tuple(ordered), False, frozenset())
+
+
+def _plan_outputs(model: str, config: mc.ModelConfig) -> _OutputPlan:
+    names = tuple(tensor.name for tensor in config.output)
+    dtypes = {tensor.name: _tensor_dtype(model, "output", tensor) for tensor in config.output}
+    indices = _name_indices(names)
+    if indices is None:
+        indices = {name: position for position, name in enumerate(names)}
+    elif len(set(indices.values())) != len(names):
+        raise ServeError.unavailable(
+            f"model '{model}': outputs named <name>__<index> repeat an index: {', '.join(names)}"
+        )
+    return _OutputPlan(names, indices, dtypes)
+
+
+def _forward_arguments(module: Any) -> list[tuple[str, bool]] | None:
+    """forward()'s arguments without `self`, as (name, has a default); None if unknown."""
+    try:
+        arguments = module.forward.schema.arguments
+    except (AttributeError, RuntimeError):
+        return None
+    return [(arg.name, bool(arg.has_default_value())) for arg in arguments[1:]]
+
+
+def _apply_thread_counts(options: TorchOptions) -> None:
+    """Both pools are process-wide in torch, as they are in Triton's backend."""
+    global _interop_threads
+    import torch
+
+    if options.intra_op_threads > 0:
+        torch.set_num_threads(options.intra_op_threads)
+    wanted = options.inter_op_threads
+    if wanted <= 0:
+        return
+    with _interop_lock:
+        if _interop_threads is None:
+            try:
+                torch.set_num_interop_threads(wanted)
+                _interop_threads = wanted
+            except RuntimeError:
+                _interop_threads = torch.get_num_interop_threads()
+        if _interop_threads != wanted:
+            _log.warning(
+                "INTER_OP_THREAD_COUNT %d ignored: torch's inter-op pool is fixed at %d threads "
+                "for this process",
+                wanted,
+                _interop_threads,
+            )
+
+
+def _to_tensor(array: np.ndarray) -> torch.Tensor:
+    import torch
+
+    # from_numpy shares memory: it needs a native-order array, and a read-only buffer (e.g.
+    # np.frombuffer over request bytes) must not be handed to a model that may write in place.
+    if not (array.flags.c_contiguous and array.flags.writeable and array.dtype.isnative):
+        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("=")).copy()
+    return torch.from_numpy(array)
+
+
+def _type_name(dtype: np.dtype) -> str:
+    try:
+        return wire_to_config(wire_datatype(dtype))
+    except ServeError:
+        return str(dtype)
+
+
+def _error_text(exc: Exception) -> str:
+    import torch
+
+    text = str(exc).strip()
+    if isinstance(exc, torch.jit.Error) and text:
+        # The last line holds the raised error; the rest is the TorchScript source traceback.
+        return text.splitlines()[-1].strip()
+    return text or type(exc).__name__
+
+
+class PyTorchInstance(ModelInstance):
+    """One TorchScript module loaded on CPU."""
+
+    def __init__(self, context: InstanceContext) -> None:
+        super().__init__(context)
+        self._module: Any = None
+        self._options = TorchOptions()
+        self._inputs = _InputPlan((), False, frozenset())
+        self._outputs = _OutputPlan((), {}, {})
+        self._batching = context.config.max_batch_size > 0
+
+    def load(self) -> None:
+        import torch
+
+        ctx = self.context
+        path = ctx.model_path
+        self._options = TorchOptions.from_config(ctx.config)
+        self._outputs = _plan_outputs(ctx.model_name, ctx.config)
+        if not path.is_file():
+            raise ServeError.unavailable(
+                f"model '{ctx.model_name}': TorchScript file '{path}' not found"
+            )
+        _apply_thread_counts(self._options)
+        try:
+            module = torch.jit.load(str(path), map_location="cpu")
+        except Exception as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ServeError.unavailable(
+                f"model '{ctx.model_name}': cannot load TorchScript file '{path}': {reason}"
+            ) from exc
+        module.eval()
+        self._inputs = _plan_inputs(ctx.model_name, ctx.config, _forward_arguments(module))
+        self._module = module
+
+    def unload(self) -> None:
+        self._module = None
+
+    def execute(self, requests: Sequence[InferRequest], times: BatchTimes) -> list[RequestResult]:
+        results: dict[int, RequestResult] = {}
+        runs: list[tuple[tuple[str, ...], list[int]]] = []
+        batches: dict[tuple[str, ...], list[int]] = {}
+        for position, request in enumerate(requests):
+            missing = [
+                name
+                for name in self._inputs.names
+                if name not in request.inputs and name not in self._inputs.omittable
+            ]
+            if missing:
+                results[position] = ServeError.invalid(
+                    f"model '{self.context.model_name}' needs input '{missing[0]}'"
+                )
+                continue
+            present = tuple(name for name in self._inputs.names if name in request.inputs)
+            # Requests that give the same inputs share one forward() when the model batches.
+            if self._batching:
+                batches.setdefault(present, []).append(position)
+            else:
+                runs.append((present, [position]))
+        runs.extend(batches.items())
+        for present, positions in runs:
+            batch = [requests[position] for position in positions]
+            for position, result in zip(positions, self._run(batch, present, times), strict=True):
+                results[position] = result
+        return [results[position] for position in range(len(requests))]
+
+    def _run(
+        self, batch: Sequence[InferRequest], present: tuple[str, ...], times: BatchTimes
+    ) -> list[RequestResult]:
+        model = self.context.model_name
+        start = time.perf_counter_ns()
+        rows = [batch_rows(request) for request in batch]
+        try:
+            arrays = concat_inputs(batch) if len(batch) > 1 else batch[0].inputs
+            tensors = {name: _to_tensor(arrays[name]) for name in present}
+        except Exception as exc:
+            error = ServeError.internal(f"model '{model}': cannot prepare inputs: {exc}")
+            return [error] * len(batch)
+        inputs_done = time.perf_counter_ns()
+        times.compute_input_ns += inputs_done - start
+        try:
+            raw = self._forward(tensors)
+        except Exception as exc:
+            _log.debug("model '%s' forward() failed", model, exc_info=True)
+            error = ServeError.internal(f"model '{model}' failed: {_error_text(exc)}")
+            return [error] * len(batch)
+        finally:
+            infer_done = time.perf_counter_ns()
+            times.compute_infer_ns += infer_done - inputs_done
+        try:
+            outputs = self._to_arrays(raw, sum(rows))
+            results: list[RequestResult] = list(split_outputs(outputs, rows))
+        except ServeError as error:
+            results = [error] * len(batch)
+        times.compute_output_ns += time.perf_counter_ns() - infer_done
+        return results
+
+    def _forward(self, tensors: dict[str, torch.Tensor]) -> Any:
+        import torch
+
+        options = self._options
+        # Executor and profiling mode are process-wide in torch; set only when the config asks.
+        if options.jit_executor is not None:
+            torch._C._jit_set_profiling_executor(options.jit_executor)
+        if options.jit_profiling is not None:
+            torch._C._jit_set_profiling_mode(options.jit_profiling)
+        with ExitStack() as stack:
+            stack.enter_context(
+                torch.inference_mode() if options.inference_mode else torch.no_grad()
+            )
+            stack.enter_context(torch.jit.optimized_execution(options.optimized_execution))
+            if self._inputs.by_keyword:
+                return self._module(**tensors)
+            return self._module(*(tensors[name] for name in self._inputs.names))
+
+    def _to_arrays(self, raw: Any, total_rows: int) -> dict[str, np.ndarray]:
+        """The config's outputs picked out of what forward() returned, as numpy arrays."""
+        import torch
+
+        model = self.context.model_name
+        plan = self._outputs
+        picked: dict[str, Any] = {}
+        if isinstance(raw, torch.Tensor):
+            if len(plan.names) != 1:
+                raise ServeError.internal(
+                    f"model '{model}' returned one tensor but its config declares "
+                    f"{len(plan.names)} outputs"
+                )
+            picked[plan.names[0]] = raw
+        elif isinstance(raw, (tuple, list)):
+            for name in plan.names:
+                if plan.index[name] >= len(raw):
+                    raise ServeError.internal(
+                        f"model '{model}': output '{name}' is result {plan.index[name]} but "
+                        f"forward() returned {len(raw)} values"
+                    )
+                picked[name] = raw[plan.index[name]]
+        elif isinstance(raw, dict):
+            for name in plan.names:
+                if name not in raw:
+                    keys = ", ".join(map(str, raw)) or "none"
+                    raise ServeError.internal(
+                        f"model '{model}': output '{name}' is not among the returned keys ({keys})"
+                    )
+                picked[name] = raw[name]
+        else:
+            raise ServeError.internal(
+                f"model '{model}' returned {type(raw).__name__}; expected a tensor, "
+                "a tuple/list of tensors or a dict of tensors"
+            )
+        return {name: self._output_array(name, value, total_rows) for name, value in picked.items()}
+
+    def _output_array(self, name: str, value: Any, total_rows: int) -> np.ndarray:
+        import torch
+
+        model = self.context.model_name
+        if not isinstance(value, torch.Tensor):
+            raise ServeError.internal(
+                f"model '{model}': output '{name}' is {type(value).__name__}, not a tensor"
+            )
+        array = np.ascontiguousarray(value.detach().cpu().numpy())
+        expected = self._outputs.dtypes[name]
+        if array.dtype != expected:
+            raise ServeError.internal(
+                f"model '{model}': output '{name}' is {_type_name(array.dtype)} but the config "
+                f"declares {_type_name(expected)}"
+            )
+        if self._batching and (array.ndim == 0 or array.shape[0] != total_rows):
+            raise ServeError.internal(
+                f"model '{model}': output '{name}' has shape {list(array.shape)}, expected "
+                f"{total_rows} rows along the batch dimension"
+            )
+        return array
+
+
+class PyTorchBackend(Backend):
+    """TorchScript models (`platform: "pytorch_libtorch"` or `backend: "pytorch"`)."""
+
+    name = "pytorch"
+    default_model_filename = "model.pt"
+    platforms = ("pytorch_libtorch",)
+
+    def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:
+        """TorchScript carries no reliable I/O types, so the config must declare them."""
+        missing = [
+            field
+            for field, tensors in (("input", config.input), ("output", config.output))
+            if not tensors
+        ]
+        if missing:
+            absent = " and ".join(f"'{field}'" for field in missing)
+            raise ServeError.invalid(
+                f"pytorch models need 'input' and 'output' in config.pbtxt; model "
+                f"'{config.name}' declares no {absent}"
+            )
+
+    def create_instance(self, context: InstanceContext) -> ModelInstance:
+        return PyTorchInstance(context)

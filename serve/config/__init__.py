@@ -1,0 +1,1 @@
+"""Model configuration: Triton's ModelConfig protobuf, read, validated, completed and written."""

@@ -1,0 +1,148 @@
+"""The protocol-neutral core that every transport delegates to.
+
+Health, metadata, config, inference, statistics and the repository API, in plain Python values
+(dicts ready to be serialized); transports only convert wire formats and map `ServeError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+import serve
+from serve.backends.registry import backend_name
+from serve.config.model_config import config_from_json, config_to_json
+from serve.datatypes import config_to_wire
+from serve.errors import ServeError
+from serve.inference import InferRequest, InferResponse
+from serve.model.model_version import ResponseCallback
+from serve.repository.manager import ModelRepository
+
+SERVER_NAME = "autotune"
+EXTENSIONS = [
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+]
+
+
+def _tensor_metadata(tensor: mc.ModelInput | mc.ModelOutput, batched: bool) -> dict[str, Any]:
+    dims = list(tensor.dims)
+    return {
+        "name": tensor.name,
+        "datatype": config_to_wire(mc.DataType.Name(tensor.data_type)),
+        "shape": [-1, *dims] if batched else dims,
+    }
+
+
+class DataPlane:
+    def __init__(self, repository: ModelRepository) -> None:
+        self.repository = repository
+        self.accepting = True
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.accepting
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": serve.__version__, "extensions": EXTENSIONS}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.repository.get(name, version)
+        except ServeError:
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self.repository.get(name, version)
+        config = model.config
+        batched = config.max_batch_size > 0
+        versions = [version] if version else [str(v) for v in self.repository.ready_versions(name)]
+        return {
+            "name": name,
+            "versions": versions,
+            "platform": config.platform or backend_name(config),
+            "inputs": [_tensor_metadata(t, batched) for t in config.input],
+            "outputs": [_tensor_metadata(t, batched) for t in config.output],
+        }
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return config_to_json(self.repository.get(name, version).config)
+
+    # -- inference ----------------------------------------------------------------------------
+
+    def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
+        """Queue a request; raises ServeError for what is wrong before it is queued."""
+        if not self.accepting:
+            raise ServeError.unavailable("the server is shutting down")
+        model = self.repository.get(request.model_name, request.model_version)
+        model.submit(request, on_done)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        future: asyncio.Future[InferResponse | ServeError] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.submit(request, future.set_result)
+        result = await future
+        if isinstance(result, ServeError):
+            raise result
+        return result
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        if name:
+            if version:
+                models = [self.repository.get(name, version)]
+            else:
+                self.repository.get(name)  # raises for unknown or unavailable models
+                models = [m for m in self.repository.loaded() if m.name == name]
+        else:
+            models = self.repository.loaded()
+        return {"model_stats": [m.stats.to_json() for m in models]}
+
+    # -- repository ---------------------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        return self.repository.index(ready_only)
+
+    async def load_model(self, name: str, parameters: dict[str, Any] | None = None) -> None:
+        """Load or reload; `parameters` may hold "config" (ModelConfig JSON) and "file:<path>"
+        entries (base64 file contents), as in Triton's model repository extension."""
+        self.repository.check_control()
+        override = None
+        files: dict[str, bytes] = {}
+        for key, value in (parameters or {}).items():
+            if key == "config":
+                if not isinstance(value, str):
+                    raise ServeError.invalid("load parameter 'config' must be a JSON string")
+                override = config_from_json(value, f"config override for model '{name}'")
+            elif key.startswith("file:"):
+                if not isinstance(value, str):
+                    raise ServeError.invalid(f"load parameter '{key}' must be base64 text")
+                try:
+                    files[key.removeprefix("file:")] = base64.b64decode(value, validate=True)
+                except ValueError:
+                    raise ServeError.invalid(
+                        f"load parameter '{key}' is not valid base64"
+                    ) from None
+            else:
+                raise ServeError.invalid(f"unknown load parameter '{key}'")
+        await self.repository.load(name, override, files or None)
+
+    async def unload_model(self, name: str) -> None:
+        self.repository.check_control()
+        await self.repository.unload(name)

@@ -1,0 +1,1 @@
+"""The HTTP transport: KServe v2 REST with Triton's extensions."""

@@ -1,0 +1,90 @@
+"""The infer route as a plain ASGI handler in front of the FastAPI control plane.
+
+FastAPI's request machinery doubles the CPU per request on this path (REFERENCE.md section 6),
+so POST .../infer is decoded and answered here directly; every other request goes on to FastAPI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from serve.dataplane import DataPlane
+from serve.errors import ServeError
+from serve.http.codec import (
+    decode_infer_request,
+    encode_error,
+    encode_infer_response,
+    parse_header_length,
+)
+from serve.http.status import HTTP_STATUS
+from serve.inference import InferResponse
+
+_INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
+_HEADER_LENGTH = b"inference-header-content-length"
+_JSON = b"application/json"
+_BINARY = b"application/octet-stream"
+
+ASGIApp = Any
+
+
+class InferRoute:
+    def __init__(self, dataplane: DataPlane, control_plane: ASGIApp) -> None:
+        self._dataplane = dataplane
+        self._control_plane = control_plane
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            match = _INFER_PATH.match(scope["path"])
+            if match is not None:
+                await self._infer(scope, receive, send, match.group(1), match.group(2) or "")
+                return
+        await self._control_plane(scope, receive, send)
+
+    async def _infer(
+        self, scope: dict[str, Any], receive: Any, send: Any, model: str, version: str
+    ) -> None:
+        body = await _read_body(receive)
+        header_length = None
+        for key, value in scope["headers"]:
+            if key == _HEADER_LENGTH:
+                header_length = value
+                break
+        try:
+            request = decode_infer_request(body, parse_header_length(header_length), model, version)
+            future: asyncio.Future[InferResponse | ServeError] = (
+                asyncio.get_running_loop().create_future()
+            )
+            self._dataplane.submit(request, future.set_result)
+            result = await future
+            if isinstance(result, ServeError):
+                raise result
+            payload, json_length = encode_infer_response(result, request)
+        except ServeError as exc:
+            await _respond(send, HTTP_STATUS[exc.kind], encode_error(exc.message), _JSON, None)
+            return
+        content_type = _JSON if json_length is None else _BINARY
+        await _respond(send, 200, payload, content_type, json_length)
+
+
+async def _read_body(receive: Any) -> bytes:
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks = [body]
+    while message.get("more_body", False):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
+
+
+async def _respond(
+    send: Any, status: int, body: bytes, content_type: bytes, json_length: int | None
+) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if json_length is not None:
+        headers.append((_HEADER_LENGTH, str(json_length).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

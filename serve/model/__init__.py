@@ -1,0 +1,1 @@
+"""A loaded model version: its instances, scheduler, statistics and request checks."""

@@ -1,0 +1,103 @@
+"""Loading one model version: instances per instance_group, warmup, scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.base import Backend, InstanceContext, ModelInstance
+from serve.backends.registry import backend_name, get_backend
+from serve.errors import ServeError
+from serve.model.model_version import ModelVersion
+from serve.model.stats import ModelStatistics
+from serve.model.warmup import run_warmup
+from serve.scheduler.dynamic_batcher import DynamicBatcher
+from serve.scheduler.instance_worker import InstanceWorker
+from serve.scheduler.queue_policy import BatchingPolicy
+
+log = logging.getLogger("serve.loader")
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedInstance:
+    name: str
+    kind: str
+    device_id: int
+
+
+def plan_instances(config: mc.ModelConfig, backend: Backend) -> list[PlannedInstance]:
+    """The instances the config asks for; GPU kinds fall back to the CPU when there is none."""
+    gpu = backend.supports_gpu()
+    groups = list(config.instance_group) or [mc.ModelInstanceGroup()]
+    planned: list[PlannedInstance] = []
+    for index, group in enumerate(groups):
+        group_name = group.name or (config.name if len(groups) == 1 else f"{config.name}_{index}")
+        kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
+        if kind in ("KIND_AUTO", "KIND_GPU") and not gpu:
+            if kind == "KIND_GPU":
+                log.warning(
+                    "%s: instance_group[%d] asks for KIND_GPU but no GPU runtime is available; "
+                    "running on the CPU",
+                    config.name,
+                    index,
+                )
+            kind = "KIND_CPU"
+        elif kind == "KIND_AUTO":
+            kind = "KIND_GPU"
+        count = group.count or backend.default_instance_count(kind)
+        devices = list(group.gpus) or [0]
+        for i in range(count):
+            device = devices[i % len(devices)] if kind == "KIND_GPU" else 0
+            planned.append(PlannedInstance(f"{group_name}_{i}", kind, device))
+    return planned
+
+
+def model_file(config: mc.ModelConfig, model_dir: Path, version: int, backend: Backend) -> Path:
+    filename = config.default_model_filename or backend.default_model_filename
+    return model_dir / str(version) / filename
+
+
+async def load_model_version(
+    config: mc.ModelConfig, version: int, model_dir: Path, repository_path: Path
+) -> ModelVersion:
+    """Create, load and warm up every instance, then start the scheduler."""
+    loop = asyncio.get_running_loop()
+    backend = get_backend(backend_name(config))
+    path = model_file(config, model_dir, version, backend)
+    if not path.exists():
+        raise ServeError.unavailable(f"model file {path} does not exist")
+    instances: list[ModelInstance] = []
+    workers: list[InstanceWorker] = []
+    try:
+        for planned in plan_instances(config, backend):
+            context = InstanceContext(
+                model_name=config.name,
+                model_version=version,
+                repository_path=repository_path,
+                model_dir=model_dir,
+                model_path=path,
+                config=config,
+                instance_name=planned.name,
+                instance_index=len(instances),
+                kind=planned.kind,
+                device_id=planned.device_id,
+            )
+            instance = backend.create_instance(context)
+            instances.append(instance)
+            await asyncio.to_thread(instance.load)
+            workers.append(InstanceWorker(instance, loop))
+        if config.model_warmup:
+            await asyncio.to_thread(run_warmup, config, model_dir, workers)
+    except BaseException:
+        for worker in workers:
+            await asyncio.to_thread(worker.close)
+        for instance in instances[len(workers) :]:
+            await asyncio.to_thread(instance.unload)
+        raise
+    stats = ModelStatistics(config.name, str(version))
+    batcher = DynamicBatcher(BatchingPolicy.from_config(config), workers, stats, loop)
+    return ModelVersion(config, version, model_dir, workers, batcher, stats)

@@ -1,0 +1,59 @@
+"""One loaded, servable model version: checks requests and hands them to its scheduler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.base import RequestResult
+from serve.errors import ServeError
+from serve.inference import InferRequest, InferResponse
+from serve.model.stats import ModelStatistics
+from serve.model.tensors import TensorChecker
+from serve.scheduler.dynamic_batcher import DynamicBatcher
+from serve.scheduler.instance_worker import InstanceWorker
+
+ResponseCallback = Callable[[InferResponse | ServeError], None]
+
+
+class ModelVersion:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        version: int,
+        model_dir: Path,
+        workers: list[InstanceWorker],
+        batcher: DynamicBatcher,
+        stats: ModelStatistics,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.version = version
+        self.model_dir = model_dir
+        self.workers = workers
+        self.batcher = batcher
+        self.stats = stats
+        self.checker = TensorChecker(config, str(version))
+
+    def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
+        """Validate (raising ServeError) and queue; `on_done` gets the response or an error."""
+        self.checker.check_request(request)
+        checker = self.checker
+
+        def finish(result: RequestResult) -> None:
+            if isinstance(result, ServeError):
+                on_done(result)
+                return
+            try:
+                response = checker.make_response(request, result)
+            except ServeError as exc:
+                on_done(exc)
+                return
+            on_done(response)
+
+        self.batcher.enqueue(request, finish)
+
+    async def unload(self) -> None:
+        await self.batcher.close()

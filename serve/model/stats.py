@@ -1,0 +1,106 @@
+"""Per model-version statistics in the shape of Triton's statistics extension."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchSizeStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+_INFERENCE_FIELDS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+
+
+@dataclass(slots=True)
+class ModelStatistics:
+    """Counters for one model version; updated only on the event loop's thread."""
+
+    name: str
+    version: str
+    last_inference_ms: int = 0
+    inference_count: int = 0  # inferences (batch rows) performed
+    execution_count: int = 0  # backend executions (batches)
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
+    batches: dict[int, BatchSizeStats] = field(default_factory=dict)
+
+    def record_execution(
+        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        self.execution_count += 1
+        self.inference_count += batch_size
+        stats = self.batches.get(batch_size)
+        if stats is None:
+            stats = self.batches[batch_size] = BatchSizeStats()
+        stats.compute_input.add(input_ns)
+        stats.compute_infer.add(infer_ns)
+        stats.compute_output.add(output_ns)
+
+    def record_success(
+        self, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        self.success.add(total_ns)
+        self.queue.add(queue_ns)
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, total_ns: int) -> None:
+        self.fail.add(total_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of `model_stats`, field for field as Triton prints it."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {key: getattr(self, key).to_json() for key in _INFERENCE_FIELDS},
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": stats.compute_input.to_json(),
+                    "compute_infer": stats.compute_infer.to_json(),
+                    "compute_output": stats.compute_output.to_json(),
+                }
+                for size, stats in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

@@ -1,0 +1,1 @@
+"""The model repository: discovering models on disk, loading, unloading and polling them."""

@@ -1,0 +1,87 @@
+"""Reading one model directory: its config (completed and validated) and its versions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.registry import DEFAULT_MODEL_FILENAMES, backend_name, get_backend
+from serve.config.model_config import CONFIG_FILENAME, read_config_file
+from serve.config.validate import validate_config
+from serve.errors import ServeError
+
+
+def model_directories(repository: Path) -> list[Path]:
+    """Model folders of a repository, sorted by name (hidden folders are skipped)."""
+    if not repository.is_dir():
+        raise ServeError.invalid(f"model repository {repository} is not a directory")
+    return sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def version_numbers(model_dir: Path) -> list[int]:
+    """Numeric version folders, ascending."""
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def select_versions(config: mc.ModelConfig, available: list[int]) -> list[int]:
+    """Apply version_policy: latest{num_versions} (default 1), all{} or specific{versions}."""
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return list(available)
+    if choice == "specific":
+        return [v for v in available if v in set(policy.specific.versions)]
+    count = policy.latest.num_versions if choice == "latest" else 1
+    return available[-max(count, 1) :]
+
+
+def _guess_backend(model_dir: Path, versions: list[int]) -> str:
+    for version in reversed(versions):
+        for backend, filename in DEFAULT_MODEL_FILENAMES.items():
+            if (model_dir / str(version) / filename).exists():
+                return backend
+    return ""
+
+
+def prepare_config(
+    model_dir: Path, override: mc.ModelConfig | None = None
+) -> tuple[mc.ModelConfig, list[int], str]:
+    """The completed, validated config, the versions to serve and the config's source name."""
+    config_path = model_dir / CONFIG_FILENAME
+    if override is not None:
+        config = mc.ModelConfig()
+        config.CopyFrom(override)
+        source = f"config override for model '{model_dir.name}'"
+    elif config_path.exists():
+        config = read_config_file(config_path)
+        source = str(config_path)
+    else:
+        config = mc.ModelConfig()
+        source = f"{model_dir} (no {CONFIG_FILENAME}; auto-completed)"
+    if not config.name:
+        config.name = model_dir.name
+    available = version_numbers(model_dir)
+    if not backend_name(config):
+        guessed = _guess_backend(model_dir, available)
+        if not guessed:
+            raise ServeError.invalid(
+                f"{source}: backend: not set, and no model file in a version folder to infer it"
+            )
+        config.backend = guessed
+    backend = get_backend(backend_name(config))
+    versions = select_versions(config, available)
+    if not versions:
+        raise ServeError.unavailable(
+            f"{model_dir}: no version folder matches the version policy "
+            f"(found: {available or 'none'})"
+        )
+    filename = config.default_model_filename or backend.default_model_filename
+    newest = model_dir / str(versions[-1]) / filename
+    if newest.exists():
+        try:
+            backend.autocomplete(config, newest)
+        except ServeError as exc:
+            raise ServeError(exc.kind, f"{source}: {exc.message}") from None
+    validate_config(config, source, model_dir.name)
+    return config, versions, source

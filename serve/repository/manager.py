@@ -1,0 +1,315 @@
+"""Model lifecycle over a repository: load, reload, unload, index, and polling for changes.
+
+A model whose config or files are broken is UNAVAILABLE with its reason while the others
+serve. Reloading loads the new versions first and swaps them in, so a failed reload leaves the
+previous versions serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.errors import ErrorKind, ServeError
+from serve.model.loader import load_model_version
+from serve.model.model_version import ModelVersion
+from serve.repository.discovery import model_directories, prepare_config
+
+log = logging.getLogger("serve.repository")
+
+
+class ControlMode(enum.Enum):
+    NONE = "none"
+    EXPLICIT = "explicit"
+    POLL = "poll"
+
+
+@dataclass(slots=True)
+class VersionState:
+    state: str  # READY | UNAVAILABLE | LOADING | UNLOADING
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ModelRecord:
+    name: str
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    states: dict[int, VersionState] = field(default_factory=dict)
+    failure: str = ""  # why the model as a whole is unavailable (e.g. its config)
+    config: mc.ModelConfig | None = None
+    fingerprint: tuple[Any, ...] = ()
+    scratch_dir: Path | None = None  # model files sent with a load request
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
+    """What polling compares to notice a changed model: every file's path, size and mtime."""
+    entries = []
+    for path in sorted(model_dir.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            entries.append((str(path.relative_to(model_dir)), stat.st_size, stat.st_mtime_ns))
+    return tuple(entries)
+
+
+class ModelRepository:
+    def __init__(self, path: Path, mode: ControlMode, poll_seconds: float = 15.0) -> None:
+        self.path = path
+        self.mode = mode
+        self.poll_seconds = poll_seconds
+        self._records: dict[str, ModelRecord] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- start-up and shutdown ----------------------------------------------------------------
+
+    async def start(self, load_models: list[str]) -> None:
+        """Load what the control mode asks for at start-up (failures are recorded, not raised)."""
+        names = [d.name for d in model_directories(self.path)]
+        if self.mode == ControlMode.EXPLICIT:
+            names = names if "*" in load_models else load_models
+        await asyncio.gather(*(self._load_quietly(name) for name in names))
+        if self.mode == ControlMode.POLL:
+            self._poller = asyncio.create_task(self._poll_forever())
+
+    async def _load_quietly(self, name: str) -> None:
+        try:
+            await self.load(name)
+        except ServeError as exc:
+            log.error("failed to load '%s': %s", name, exc.message)
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        await asyncio.gather(*(self.unload(name) for name in list(self._records)))
+
+    # -- load and unload ----------------------------------------------------------------------
+
+    def check_control(self) -> None:
+        """Raise when the repository API may not load or unload in this mode."""
+        if self.mode != ControlMode.EXPLICIT:
+            raise ServeError(
+                ErrorKind.UNSUPPORTED,
+                f"explicit model load / unload is not allowed in model control mode "
+                f"'{self.mode.value}' (start the server with --model-control-mode explicit)",
+            )
+
+    async def load(
+        self,
+        name: str,
+        override: mc.ModelConfig | None = None,
+        files: dict[str, bytes] | None = None,
+    ) -> None:
+        """(Re)load a model; raise ServeError with the reason when no version could be loaded."""
+        record = self._records.setdefault(name, ModelRecord(name))
+        async with record.lock:
+            await self._load_locked(record, override, files)
+
+    async def _load_locked(
+        self, record: ModelRecord, override: mc.ModelConfig | None, files: dict[str, bytes] | None
+    ) -> None:
+        name = record.name
+        model_dir = self.path / name
+        scratch: Path | None = None
+        if files:
+            if override is None:
+                raise ServeError.invalid(
+                    f"load of '{name}': file overrides need a 'config' parameter as well"
+                )
+            scratch = await asyncio.to_thread(_write_scratch_model, name, files)
+            model_dir = scratch
+        elif not model_dir.is_dir():
+            raise ServeError.not_found(f"failed to load '{name}': no such model in {self.path}")
+        try:
+            fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
+            config, versions, _ = await asyncio.to_thread(prepare_config, model_dir, override)
+        except ServeError as exc:
+            _discard(scratch)
+            if not record.versions:
+                record.failure = exc.message
+            raise
+        for version in versions:
+            record.states[version] = VersionState("LOADING")
+        loaded: dict[int, ModelVersion] = {}
+        errors: list[str] = []
+        for version in versions:
+            try:
+                loaded[version] = await load_model_version(config, version, model_dir, self.path)
+            except ServeError as exc:
+                errors.append(f"version {version}: {exc.message}")
+                record.states[version] = VersionState("UNAVAILABLE", exc.message)
+            except Exception as exc:  # a backend's unexpected failure is this model's problem
+                message = f"{type(exc).__name__}: {exc}"
+                errors.append(f"version {version}: {message}")
+                record.states[version] = VersionState("UNAVAILABLE", message)
+        if not loaded:
+            _discard(scratch)
+            for version in record.versions:
+                record.states[version] = VersionState("READY")
+            if not record.versions:
+                record.failure = "; ".join(errors)
+            raise ServeError.invalid(f"failed to load '{name}': {'; '.join(errors)}")
+        previous = record.versions
+        previous_scratch = record.scratch_dir
+        record.versions = loaded
+        record.config = config
+        record.failure = ""
+        record.fingerprint = fingerprint
+        record.scratch_dir = scratch
+        for version in loaded:
+            record.states[version] = VersionState("READY")
+        for version in previous:
+            if version not in loaded and version not in versions:
+                record.states[version] = VersionState("UNAVAILABLE", "unloaded")
+        await asyncio.gather(*(old.unload() for old in previous.values()))
+        _discard(previous_scratch)
+        if errors:
+            log.warning("'%s' loaded with failed versions: %s", name, "; ".join(errors))
+        log.info("loaded '%s' versions %s", name, sorted(loaded))
+
+    async def unload(self, name: str) -> None:
+        record = self._records.get(name)
+        if record is None:
+            if not (self.path / name).is_dir():
+                raise ServeError.not_found(f"failed to unload '{name}': no such model")
+            return
+        async with record.lock:
+            versions = record.versions
+            for version in versions:
+                record.states[version] = VersionState("UNLOADING")
+            record.versions = {}
+            await asyncio.gather(*(v.unload() for v in versions.values()))
+            for version in versions:
+                record.states[version] = VersionState("UNAVAILABLE", "unloaded")
+            _discard(record.scratch_dir)
+            record.scratch_dir = None
+        log.info("unloaded '%s'", name)
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The version to serve; NOT_FOUND for unknown names or versions, UNAVAILABLE otherwise."""
+        record = self._records.get(name)
+        if record is None:
+            raise ServeError.not_found(f"Request for unknown model: '{name}' is not found")
+        if version:
+            try:
+                number = int(version)
+            except ValueError:
+                raise ServeError.invalid(f"model version '{version}' is not a number") from None
+            found = record.versions.get(number)
+            if found is not None:
+                return found
+            state = record.states.get(number)
+            if state is None:
+                raise ServeError.not_found(
+                    f"Request for unknown model: '{name}' version {version} is not found"
+                )
+            raise ServeError.unavailable(
+                f"model '{name}' version {version} is not ready: {state.state} {state.reason}"
+            )
+        if record.versions:
+            return record.versions[max(record.versions)]
+        reason = record.failure or "; ".join(
+            f"version {v}: {s.reason}" for v, s in sorted(record.states.items())
+        )
+        raise ServeError.unavailable(f"model '{name}' is not ready: {reason or 'not loaded'}")
+
+    def ready_versions(self, name: str) -> list[int]:
+        record = self._records.get(name)
+        return sorted(record.versions) if record else []
+
+    def loaded(self) -> list[ModelVersion]:
+        return [
+            version
+            for name in sorted(self._records)
+            for _, version in sorted(self._records[name].versions.items())
+        ]
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Triton's repository index: every model on disk, with each version's state."""
+        names = {d.name for d in model_directories(self.path)} | set(self._records)
+        entries: list[dict[str, str]] = []
+        for name in sorted(names):
+            record = self._records.get(name)
+            if record is None or (not record.states and not record.failure):
+                if not ready_only:
+                    entries.append({"name": name})
+                continue
+            if not record.states:
+                if not ready_only:
+                    entries.append(
+                        {
+                            "name": name,
+                            "version": "",
+                            "state": "UNAVAILABLE",
+                            "reason": record.failure,
+                        }
+                    )
+                continue
+            for version, state in sorted(record.states.items()):
+                if ready_only and state.state != "READY":
+                    continue
+                entries.append(
+                    {
+                        "name": name,
+                        "version": str(version),
+                        "state": state.state,
+                        "reason": state.reason,
+                    }
+                )
+        return entries
+
+    # -- polling ------------------------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("repository poll failed")
+
+    async def poll_once(self) -> None:
+        """Load new models, reload changed ones and unload removed ones."""
+        on_disk = {d.name for d in model_directories(self.path)}
+        for name in sorted(on_disk):
+            record = self._records.get(name)
+            fingerprint = await asyncio.to_thread(_fingerprint, self.path / name)
+            if record is None or fingerprint != record.fingerprint:
+                await self._load_quietly(name)
+                if name in self._records:
+                    self._records[name].fingerprint = fingerprint
+        for name in sorted(set(self._records) - on_disk):
+            await self.unload(name)
+            self._records.pop(name, None)
+
+
+def _write_scratch_model(name: str, files: dict[str, bytes]) -> Path:
+    """Write files sent with a load request ("<version>/<file>") into a private model folder."""
+    root = Path(tempfile.mkdtemp(prefix=f"autotune-{name}-"))
+    model_dir = root / name
+    model_dir.mkdir()
+    for relative, content in files.items():
+        target = (model_dir / relative).resolve()
+        if model_dir.resolve() not in target.parents:
+            shutil.rmtree(root, ignore_errors=True)
+            raise ServeError.invalid(f"load of '{name}': file path '{relative}' leaves the model")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    return model_dir
+
+
+def _discard(scratch: Path | None) -> None:
+    if scratch is not None:
+        shutil.rmtree(scratch.parent, ignore_errors=True)

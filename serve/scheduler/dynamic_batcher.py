@@ -1,0 +1,281 @@
+"""The dynamic batcher, with Triton's semantics; with batching off it is the default scheduler.
+
+It runs on the event loop's thread and knows neither the transport nor the backend: requests
+come in with a completion callback, batches go out to idle `InstanceWorker`s, results come back
+by callback. A batch is formed only when an instance is idle, so under load requests pile up
+and batch by themselves; when instances wait, the queue delay decides how long to hold a
+partial batch. Delays under 1 ms cannot be timed by loop timers (they round to milliseconds),
+so such a delay holds a batch for one loop pass: what arrived in the same pass joins it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from serve.backends.base import BatchTimes, RequestResult
+from serve.backends.batching import batch_rows
+from serve.errors import ServeError
+from serve.inference import InferRequest
+from serve.model.stats import ModelStatistics
+from serve.scheduler.instance_worker import InstanceWorker
+from serve.scheduler.queue_policy import BatchingPolicy
+
+log = logging.getLogger("serve.scheduler")
+
+Completion = Callable[[RequestResult], None]
+
+_SUB_MS_NS = 1_000_000
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    request: InferRequest
+    on_done: Completion
+    rows: int
+    signature: tuple[object, ...]
+    enqueue_ns: int
+    level: int  # queue index; -1 once moved to the delayed queue
+    seq: int = 0
+    timer: asyncio.TimerHandle | None = None
+    queued: bool = True
+    dispatch_ns: int = 0
+
+
+def _signature(request: InferRequest) -> tuple[object, ...]:
+    """Requests batch together only when every input has the same non-batch shape."""
+    return tuple(sorted((name, array.shape[1:]) for name, array in request.inputs.items()))
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        policy: BatchingPolicy,
+        workers: list[InstanceWorker],
+        stats: ModelStatistics,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._policy = policy
+        self._workers = list(workers)
+        self._idle: list[InstanceWorker] = list(workers)
+        self._stats = stats
+        self._loop = loop
+        self._queues: list[deque[_Pending]] = [deque() for _ in policy.level_policies]
+        self._delayed: deque[_Pending] = deque()
+        self._queued = 0
+        self._in_flight = 0
+        self._delay_ns = policy.max_queue_delay_us * 1000
+        self._preferred = frozenset(policy.preferred_sizes)
+        self._timer: asyncio.TimerHandle | None = None
+        self._pass_scheduled = False
+        self._force_dispatch = False
+        self._next_seq = 0
+        self._next_delivery = 0
+        self._finished: dict[int, tuple[_Pending, RequestResult]] = {}
+        self._closing = False
+        self._idle_event = asyncio.Event()
+        self._idle_event.set()
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for an instance (the pending-request gauge)."""
+        return self._queued
+
+    def enqueue(self, request: InferRequest, on_done: Completion) -> None:
+        """Accept a validated request; `on_done` gets its result or a ServeError, exactly once."""
+        now = time.monotonic_ns()
+        if self._closing:
+            self._stats.record_failure(0)
+            on_done(ServeError.unavailable(f"model '{request.model_name}' is being unloaded"))
+            return
+        level = self._policy.level_index(request.priority)
+        queue_policy = self._policy.level_policies[level]
+        queue = self._queues[level]
+        if queue_policy.max_queue_size and len(queue) >= queue_policy.max_queue_size:
+            self._stats.record_failure(0)
+            on_done(ServeError.unavailable("Exceeds maximum queue size"))
+            return
+        rows = batch_rows(request) if self._policy.max_batch_size > 0 else 1
+        pending = _Pending(request, on_done, rows, _signature(request), now, level)
+        pending.seq = self._next_seq
+        self._next_seq += 1
+        timeout_us = queue_policy.timeout_us(request.timeout_us)
+        if timeout_us > 0:
+            pending.timer = self._loop.call_later(timeout_us / 1e6, self._expire, pending)
+        queue.append(pending)
+        self._queued += 1
+        self._idle_event.clear()
+        if self._idle:
+            self._schedule()
+
+    # -- forming and dispatching batches ------------------------------------------------------
+
+    def _waiting(self) -> Iterator[_Pending]:
+        for queue in self._queues:
+            yield from queue
+        yield from self._delayed
+
+    def _schedule(self) -> None:
+        while self._idle and self._queued:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._dispatch(batch)
+
+    def _next_batch(self) -> list[_Pending] | None:
+        """The batch to send now, or None to wait (with a timer or loop pass arranged)."""
+        policy = self._policy
+        if not policy.enabled:
+            return [next(self._waiting())]
+        chosen: list[_Pending] = []
+        rows = 0
+        preferred_cut = 0
+        cannot_grow = False
+        oldest = None
+        for pending in self._waiting():
+            if chosen and (
+                pending.signature != chosen[0].signature
+                or rows + pending.rows > policy.max_batch_size
+            ):
+                cannot_grow = True
+                break
+            chosen.append(pending)
+            rows += pending.rows
+            if oldest is None or pending.enqueue_ns < oldest:
+                oldest = pending.enqueue_ns
+            if rows in self._preferred:
+                preferred_cut = len(chosen)
+            if rows >= policy.max_batch_size:
+                cannot_grow = True
+                break
+        if cannot_grow or self._delay_ns == 0 or self._force_dispatch:
+            return chosen
+        if preferred_cut:
+            return chosen[:preferred_cut]
+        assert oldest is not None
+        waited = time.monotonic_ns() - oldest
+        if waited >= self._delay_ns:
+            return chosen
+        if self._delay_ns < _SUB_MS_NS:
+            if not self._pass_scheduled:
+                self._pass_scheduled = True
+                self._loop.call_soon(self._after_pass)
+        elif self._timer is None:
+            self._timer = self._loop.call_later((self._delay_ns - waited) / 1e9, self._after_timer)
+        return None
+
+    def _after_pass(self) -> None:
+        self._pass_scheduled = False
+        self._force_dispatch = True
+        try:
+            self._schedule()
+        finally:
+            self._force_dispatch = False
+
+    def _after_timer(self) -> None:
+        self._timer = None
+        self._schedule()
+
+    def _dispatch(self, batch: list[_Pending]) -> None:
+        worker = self._idle.pop()
+        now = time.monotonic_ns()
+        for pending in batch:
+            queue = self._delayed if pending.level < 0 else self._queues[pending.level]
+            removed = queue.popleft()
+            assert removed is pending, "batches are taken from the front of the queues"
+            pending.queued = False
+            pending.dispatch_ns = now
+            if pending.timer is not None:
+                pending.timer.cancel()
+        self._queued -= len(batch)
+        self._in_flight += 1
+        worker.run([p.request for p in batch], functools.partial(self._batch_done, batch))
+
+    def _batch_done(
+        self,
+        batch: list[_Pending],
+        worker: InstanceWorker,
+        results: list[RequestResult],
+        times: BatchTimes,
+    ) -> None:
+        self._idle.append(worker)
+        self._in_flight -= 1
+        self._schedule()  # keep the instance busy before spending time on responses
+        now = time.monotonic_ns()
+        self._stats.record_execution(
+            sum(p.rows for p in batch),
+            times.compute_input_ns,
+            times.compute_infer_ns,
+            times.compute_output_ns,
+        )
+        for pending, result in zip(batch, results, strict=True):
+            total_ns = now - pending.enqueue_ns
+            if isinstance(result, ServeError):
+                self._stats.record_failure(total_ns)
+            else:
+                self._stats.record_success(
+                    total_ns,
+                    pending.dispatch_ns - pending.enqueue_ns,
+                    times.compute_input_ns,
+                    times.compute_infer_ns,
+                    times.compute_output_ns,
+                )
+            self._deliver(pending, result)
+        self._note_idle()
+
+    # -- timeouts, ordering, shutdown ---------------------------------------------------------
+
+    def _expire(self, pending: _Pending) -> None:
+        if not pending.queued:
+            return
+        policy = self._policy.level_policies[max(pending.level, 0)]
+        if policy.delay_on_timeout:
+            if pending.level >= 0:
+                self._queues[pending.level].remove(pending)
+                pending.level = -1
+                self._delayed.append(pending)
+            return
+        queue = self._delayed if pending.level < 0 else self._queues[pending.level]
+        queue.remove(pending)
+        pending.queued = False
+        self._queued -= 1
+        self._stats.record_failure(time.monotonic_ns() - pending.enqueue_ns)
+        self._deliver(pending, ServeError.unavailable("Request timeout expired"))
+        self._note_idle()
+        if self._idle:
+            self._schedule()
+
+    def _deliver(self, pending: _Pending, result: RequestResult) -> None:
+        if not self._policy.preserve_ordering:
+            self._complete(pending, result)
+            return
+        self._finished[pending.seq] = (pending, result)
+        while self._next_delivery in self._finished:
+            ready, ready_result = self._finished.pop(self._next_delivery)
+            self._next_delivery += 1
+            self._complete(ready, ready_result)
+
+    @staticmethod
+    def _complete(pending: _Pending, result: RequestResult) -> None:
+        try:
+            pending.on_done(result)
+        except Exception:  # a broken callback must not stall the batcher
+            log.exception("completion callback failed for request '%s'", pending.request.id)
+
+    def _note_idle(self) -> None:
+        if self._queued == 0 and self._in_flight == 0:
+            self._idle_event.set()
+
+    async def close(self) -> None:
+        """Stop accepting, let queued and running requests finish, then unload the instances."""
+        self._closing = True
+        await self._idle_event.wait()
+        if self._timer is not None:
+            self._timer.cancel()
+        for worker in self._workers:
+            await asyncio.to_thread(worker.close)

@@ -1,0 +1,89 @@
+"""Server lifecycle: load the repository, serve HTTP, drain and stop on SIGINT / SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+
+from serve.dataplane import DataPlane
+from serve.http.app import build_http_app
+from serve.repository.manager import ControlMode, ModelRepository
+
+log = logging.getLogger("serve")
+
+
+@dataclass(slots=True)
+class ServerOptions:
+    model_repository: Path
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    control_mode: ControlMode = ControlMode.NONE
+    load_models: list[str] = field(default_factory=list)
+    poll_seconds: float = 15.0
+    log_verbose: int = 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+async def run_server(options: ServerOptions) -> None:
+    """Serve until a signal asks to stop; requests in flight are answered before returning."""
+    repository = ModelRepository(
+        options.model_repository, options.control_mode, options.poll_seconds
+    )
+    await repository.start(options.load_models)
+    dataplane = DataPlane(repository)
+    sock = _bind(options.host, options.http_port)
+    config = uvicorn.Config(
+        build_http_app(dataplane),
+        loop="none",
+        http="httptools",
+        lifespan="off",
+        access_log=options.log_verbose > 1,
+        log_level="info" if options.log_verbose else "warning",
+        timeout_graceful_shutdown=30,
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.01)
+    if server.started:
+        host, port = sock.getsockname()[:2]
+        log.info("Started HTTPService at %s:%d", host, port)
+    try:
+        await serving
+    finally:
+        dataplane.accepting = False
+        await repository.close()
+        sock.close()
+        log.info("server stopped")
+
+
+def configure_logging(verbose: int) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose > 1 else logging.INFO,
+        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def serve_forever(options: ServerOptions) -> int:
+    """Run the server on uvloop; the exit code is 0 after a clean stop."""
+    import uvloop
+
+    configure_logging(options.log_verbose)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run_server(options))
+    return 0

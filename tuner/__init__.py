@@ -1,0 +1,1 @@
+"""The auto-tuner: searches model configurations under a latency budget."""
