@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +32,20 @@ class ServerOptions:
     log_verbose: int = 0
 
 
+class _HttpServer(uvicorn.Server):
+    """uvicorn's server without its own signal capture: uvicorn re-raises a captured signal
+    after shutdown, which would kill the process before the repository drains and exit 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def request_stop(self) -> None:
+        if self.should_exit:
+            self.force_exit = True
+        self.should_exit = True
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -43,9 +60,7 @@ async def run_server(options: ServerOptions) -> None:
     repository = ModelRepository(
         options.model_repository, options.control_mode, options.poll_seconds
     )
-    await repository.start(options.load_models)
     dataplane = DataPlane(repository)
-    sock = _bind(options.host, options.http_port)
     config = uvicorn.Config(
         build_http_app(dataplane),
         loop="none",
@@ -55,14 +70,19 @@ async def run_server(options: ServerOptions) -> None:
         log_level="info" if options.log_verbose else "warning",
         timeout_graceful_shutdown=30,
     )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.01)
-    if server.started:
-        host, port = sock.getsockname()[:2]
-        log.info("Started HTTPService at %s:%d", host, port)
+    server = _HttpServer(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, server.request_stop)
+    sock = _bind(options.host, options.http_port)
     try:
+        await repository.start(options.load_models)
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            host, port = sock.getsockname()[:2]
+            log.info("Started HTTPService at %s:%d", host, port)
         await serving
     finally:
         dataplane.accepting = False
