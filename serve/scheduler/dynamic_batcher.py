@@ -71,6 +71,7 @@ class DynamicBatcher:
         self._in_flight = 0
         self._delay_ns = policy.max_queue_delay_us * 1000
         self._preferred = frozenset(policy.preferred_sizes)
+        self._max_preferred = max(policy.preferred_sizes, default=0)
         self._timer: asyncio.TimerHandle | None = None
         self._pass_scheduled = False
         self._force_dispatch = False
@@ -138,12 +139,21 @@ class DynamicBatcher:
         cannot_grow = False
         oldest = None
         for pending in self._waiting():
-            if chosen and (
-                pending.signature != chosen[0].signature
-                or rows + pending.rows > policy.max_batch_size
-            ):
-                cannot_grow = True
-                break
+            if chosen:
+                # As Triton: cut before the request that would pass the largest preferred size,
+                # so a batch outgrows the preferred sizes only once the delay has expired.
+                if (
+                    self._max_preferred
+                    and not preferred_cut
+                    and rows + pending.rows > self._max_preferred
+                ):
+                    preferred_cut = len(chosen)
+                if (
+                    pending.signature != chosen[0].signature
+                    or rows + pending.rows > policy.max_batch_size
+                ):
+                    cannot_grow = True
+                    break
             chosen.append(pending)
             rows += pending.rows
             if oldest is None or pending.enqueue_ns < oldest:
@@ -153,13 +163,13 @@ class DynamicBatcher:
             if rows >= policy.max_batch_size:
                 cannot_grow = True
                 break
-        if cannot_grow or self._delay_ns == 0 or self._force_dispatch:
-            return chosen
-        if preferred_cut:
-            return chosen[:preferred_cut]
         assert oldest is not None
         waited = time.monotonic_ns() - oldest
-        if waited >= self._delay_ns:
+        expired = self._force_dispatch or (self._delay_ns > 0 and waited >= self._delay_ns)
+        # A preferred size goes out as such, delay or not, until the delay expires (Triton).
+        if preferred_cut and not expired:
+            return chosen[:preferred_cut]
+        if cannot_grow or expired or self._delay_ns == 0:
             return chosen
         if self._delay_ns < _SUB_MS_NS:
             if not self._pass_scheduled:

@@ -24,7 +24,13 @@ class QueuePolicy:
         )
 
     def timeout_us(self, requested_us: int | None) -> int:
-        if requested_us is not None and self.allow_timeout_override:
+        """The request's queue timeout: an allowed override may shorten the default, never
+        lengthen it, and with no default timeout there is nothing to shorten (as Triton)."""
+        if (
+            requested_us is not None
+            and self.allow_timeout_override
+            and requested_us < self.default_timeout_us
+        ):
             return requested_us
         return self.default_timeout_us
 

@@ -1,0 +1,116 @@
+"""Completing a python model's config from its `auto_complete_config` hook.
+
+The hook is user code, so it runs in a short-lived child process; the server only applies what
+the hook asked for, filling what the config lacks and refusing contradictions.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.python.process import child_env
+from serve.errors import ServeError
+
+CHILD_MODULE = "serve.backends.python.autocomplete_child"
+
+
+def autocomplete_python_config(
+    config: mc.ModelConfig, model_path: Path, timeout_s: float = 60.0
+) -> None:
+    """Apply the model's `TritonPythonModel.auto_complete_config`, if it has one, to `config`."""
+    if not model_path.is_file():
+        return  # loading reports the missing file
+    name = config.name or model_path.parent.parent.name
+    recorded = _run_hook(config, model_path, name, timeout_s)
+    apply_recorded(config, recorded, name)
+
+
+def _run_hook(
+    config: mc.ModelConfig, model_path: Path, name: str, timeout_s: float
+) -> dict[str, Any]:
+    config_json = json_format.MessageToJson(config, preserving_proto_field_name=True)
+    with tempfile.TemporaryDirectory(prefix="autotune-autocomplete-") as tmp:
+        result_file = Path(tmp) / "result.json"
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", CHILD_MODULE, str(model_path), str(result_file)],
+                input=config_json.encode(),
+                env=child_env(),
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise ServeError.unavailable(
+                f"{name}: auto_complete_config did not finish within {timeout_s:g} s"
+            ) from None
+        if not result_file.is_file():
+            raise ServeError.unavailable(
+                f"{name}: auto_complete_config failed: "
+                f"helper process exited with code {proc.returncode}"
+            )
+        result = json.loads(result_file.read_text())
+    if "error" in result:
+        raise ServeError.unavailable(f"{name}: auto_complete_config failed: {result['error']}")
+    recorded: dict[str, Any] = result["recorded"]
+    return recorded
+
+
+def apply_recorded(config: mc.ModelConfig, recorded: dict[str, Any], name: str) -> None:
+    """Fill `config` with what auto_complete_config asked for (see pb_utils.ModelConfig)."""
+    max_batch_size = recorded.get("max_batch_size")
+    if max_batch_size is not None:
+        if config.max_batch_size == 0:
+            config.max_batch_size = max_batch_size
+        elif config.max_batch_size > max_batch_size:
+            raise ServeError.invalid(
+                f"{name}: max_batch_size {config.max_batch_size} in the config exceeds "
+                f"{max_batch_size}, the most auto_complete_config allows"
+            )
+    if recorded.get("dynamic_batching") and config.WhichOneof("scheduling_choice") is None:
+        config.dynamic_batching.SetInParent()
+    for entry in recorded.get("input", []):
+        _merge_tensor(config.input, mc.ModelInput(), entry, "input", name)
+    for entry in recorded.get("output", []):
+        _merge_tensor(config.output, mc.ModelOutput(), entry, "output", name)
+    policy = recorded.get("model_transaction_policy")
+    if policy and not config.HasField("model_transaction_policy"):
+        _parse(policy, config.model_transaction_policy, f"{name}: model_transaction_policy")
+
+
+def _merge_tensor(existing: Any, parsed: Any, entry: dict[str, Any], kind: str, model: str) -> None:
+    where = f"{model}: auto_complete_config {kind} '{entry.get('name', '')}'"
+    _parse(entry, parsed, where)
+    current = next((t for t in existing if t.name == parsed.name), None)
+    if current is None:
+        existing.add().CopyFrom(parsed)
+        return
+    if current.data_type == mc.TYPE_INVALID:
+        current.data_type = parsed.data_type
+    elif current.data_type != parsed.data_type:
+        raise ServeError.invalid(
+            f"{model}: {kind} '{parsed.name}' has data_type "
+            f"{mc.DataType.Name(current.data_type)} in the config but "
+            f"{mc.DataType.Name(parsed.data_type)} from auto_complete_config"
+        )
+    if not current.dims:
+        current.dims.extend(parsed.dims)
+    elif list(current.dims) != list(parsed.dims):
+        raise ServeError.invalid(
+            f"{model}: {kind} '{parsed.name}' has dims {list(current.dims)} in the config but "
+            f"{list(parsed.dims)} from auto_complete_config"
+        )
+
+
+def _parse(entry: dict[str, Any], message: Any, where: str) -> None:
+    try:
+        json_format.ParseDict(entry, message)
+    except json_format.ParseError as exc:
+        raise ServeError.invalid(f"{where}: {exc}") from None

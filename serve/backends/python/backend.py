@@ -1,0 +1,22 @@
+"""The python backend: Triton python models (`model.py`), one stub process per instance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.base import Backend, InstanceContext, ModelInstance
+from serve.backends.python.autocomplete import autocomplete_python_config
+from serve.backends.python.instance import PythonModelInstance
+
+
+class PythonBackend(Backend):
+    name = "python"
+    default_model_filename = "model.py"
+
+    def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:
+        autocomplete_python_config(config, model_path)
+
+    def create_instance(self, context: InstanceContext) -> ModelInstance:
+        return PythonModelInstance(context)

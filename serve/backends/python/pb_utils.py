@@ -1,0 +1,344 @@
+"""`triton_python_backend_utils`: the API a Triton python model imports as `pb_utils`.
+
+The stub registers this module under Triton's name before it imports the model, so models
+written for Triton's python backend run unchanged. Only the parts that make sense without
+Triton's C++ core are here; BLS and decoupled responses raise `TritonModelException`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from serve.datatypes import WIRE_TO_NUMPY, config_to_wire, wire_datatype
+from serve.errors import ServeError
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+# TRITONSERVER_DataType values, as Tensor.triton_dtype() reports them.
+TRITONSERVER_TYPES: dict[str, int] = {
+    "BOOL": 1,
+    "UINT8": 2,
+    "UINT16": 3,
+    "UINT32": 4,
+    "UINT64": 5,
+    "INT8": 6,
+    "INT16": 7,
+    "INT32": 8,
+    "INT64": 9,
+    "FP16": 10,
+    "FP32": 11,
+    "FP64": 12,
+    "BYTES": 13,
+    "BF16": 14,
+}
+_TYPE_TO_WIRE = {v: k for k, v in TRITONSERVER_TYPES.items()}
+
+
+class TritonModelException(Exception):
+    """Raised by the API on misuse; a model may raise it too."""
+
+
+class TritonError:
+    """An error for one response: `InferenceResponse(error=TritonError("msg"))`."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = UNKNOWN) -> None:
+        self._message = str(message)
+        self._code = int(code)
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r}, code={self._code})"
+
+
+class Tensor:
+    """A named tensor; on CPU, backed by a numpy array."""
+
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        if not isinstance(array, np.ndarray):
+            raise TritonModelException(
+                f"Tensor '{name}': expected a numpy array, got {type(array).__name__}"
+            )
+        self._name = name
+        self._array = array
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._array.shape]
+
+    def triton_dtype(self) -> int:
+        return numpy_to_triton_type(self._array.dtype)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        try:
+            return self._array.__dlpack__()
+        except (BufferError, TypeError) as exc:
+            raise TritonModelException(f"Tensor '{self._name}': to_dlpack: {exc}") from exc
+
+    @staticmethod
+    def from_dlpack(name: str, tensor: Any) -> Tensor:
+        """A tensor from any object implementing `__dlpack__` (a torch tensor, a numpy array)."""
+        if not hasattr(tensor, "__dlpack__"):
+            raise TritonModelException(
+                f"Tensor '{name}': from_dlpack needs an object with __dlpack__ "
+                "(raw DLPack capsules are not supported)"
+            )
+        try:
+            return Tensor(name, np.from_dlpack(tensor))
+        except (BufferError, TypeError, RuntimeError) as exc:
+            raise TritonModelException(f"Tensor '{name}': from_dlpack: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+
+
+class InferenceRequest:
+    """A request handed to `execute`. Building one for BLS works, executing it does not yet."""
+
+    def __init__(
+        self,
+        model_name: str = "",
+        requested_output_names: Sequence[str] = (),
+        inputs: Sequence[Tensor] = (),
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        parameters: dict[str, Any] | str | None = None,
+        **_ignored: Any,
+    ) -> None:
+        self._model_name = model_name
+        self._requested_output_names = list(requested_output_names)
+        self._inputs = list(inputs)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        if parameters is None:
+            parameters = {}
+        self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def requested_output_names(self) -> list[str]:
+        return self._requested_output_names
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request's parameters as a JSON object string (Triton's form)."""
+        return self._parameters
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def model_version(self) -> int:
+        return self._model_version
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def get_response_sender(self) -> Any:
+        raise TritonModelException("decoupled models are not supported yet")
+
+    def exec(self, *args: Any, **kwargs: Any) -> InferenceResponse:
+        raise TritonModelException("BLS is not supported yet")
+
+    async def async_exec(self, *args: Any, **kwargs: Any) -> InferenceResponse:
+        raise TritonModelException("BLS is not supported yet")
+
+
+class InferenceResponse:
+    """What `execute` returns for each request: output tensors, or an error."""
+
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        self._output_tensors = list(output_tensors or [])
+        self._error = error
+        self._parameters = parameters
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._output_tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+
+def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
+    for tensor in request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor | None:
+    for tensor in response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def triton_string_to_numpy(triton_type_string: str) -> type:
+    """`"TYPE_FP32"` -> `numpy.float32`; `"TYPE_STRING"` -> `numpy.object_`."""
+    wire = config_to_wire(triton_type_string)
+    if wire not in WIRE_TO_NUMPY:
+        raise TritonModelException(f"no numpy type for '{triton_type_string}'")
+    return WIRE_TO_NUMPY[wire].type
+
+
+def numpy_to_triton_type(dtype: Any) -> int:
+    try:
+        return TRITONSERVER_TYPES[wire_datatype(np.dtype(dtype))]
+    except ServeError as exc:
+        raise TritonModelException(exc.message) from None
+
+
+def triton_to_numpy_type(triton_type: int) -> type:
+    wire = _TYPE_TO_WIRE.get(triton_type)
+    if wire is None or wire not in WIRE_TO_NUMPY:
+        raise TritonModelException(f"no numpy type for Triton data type {triton_type}")
+    return WIRE_TO_NUMPY[wire].type
+
+
+class Logger:
+    """Triton's model logger; here every level goes to the stub's stderr."""
+
+    class LogLevel:
+        INFO = 0
+        WARNING = 1
+        ERROR = 2
+        VERBOSE = 3
+
+    _PREFIX = {0: "I", 1: "W", 2: "E", 3: "V"}
+
+    @staticmethod
+    def log(message: str, level: int = 0) -> None:
+        print(f"{Logger._PREFIX.get(level, 'I')} [python model] {message}", file=sys.stderr)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        Logger.log(message, Logger.LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        Logger.log(message, Logger.LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        Logger.log(message, Logger.LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        Logger.log(message, Logger.LogLevel.VERBOSE)
+
+
+class ModelConfig:
+    """The object `TritonPythonModel.auto_complete_config` receives and returns.
+
+    It records what the model asks for; the server applies it to the real config afterwards,
+    filling only what the config lacks. `as_dict()` shows the config with the additions.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._config = config
+        self.max_batch_size: int | None = None
+        self.dynamic_batching = False
+        self.inputs: list[dict[str, Any]] = []
+        self.outputs: list[dict[str, Any]] = []
+        self.transaction_policy: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        merged = copy.deepcopy(self._config)
+        if self.max_batch_size is not None and not merged.get("max_batch_size"):
+            merged["max_batch_size"] = self.max_batch_size
+        if self.dynamic_batching and "sequence_batching" not in merged:
+            merged.setdefault("dynamic_batching", {})
+        for key, added in (("input", self.inputs), ("output", self.outputs)):
+            present = {t.get("name") for t in merged.get(key, [])}
+            merged.setdefault(key, []).extend(t for t in added if t["name"] not in present)
+        return merged
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        self.max_batch_size = int(max_batch_size)
+
+    def set_dynamic_batching(self) -> None:
+        self.dynamic_batching = True
+
+    def add_input(self, input: dict[str, Any]) -> None:
+        self.inputs.append(_tensor_entry("input", input))
+
+    def add_output(self, output: dict[str, Any]) -> None:
+        self.outputs.append(_tensor_entry("output", output))
+
+    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
+        self.transaction_policy = dict(transaction_policy_dict)
+
+    def recorded(self) -> dict[str, Any]:
+        """What the model asked for, as plain data the server can apply."""
+        return {
+            "max_batch_size": self.max_batch_size,
+            "dynamic_batching": self.dynamic_batching,
+            "input": self.inputs,
+            "output": self.outputs,
+            "model_transaction_policy": self.transaction_policy,
+        }
+
+
+def _tensor_entry(kind: str, entry: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise ValueError(f"add_{kind} expects a dict, got {type(entry).__name__}")
+    missing = [key for key in ("name", "data_type", "dims") if key not in entry]
+    if missing:
+        raise ValueError(f"add_{kind}: {entry.get('name', '?')!r} lacks {', '.join(missing)}")
+    result = dict(entry)
+    result["dims"] = [int(d) for d in entry["dims"]]
+    return result

@@ -1,0 +1,125 @@
+"""Starting, talking to and stopping a stub process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from serve.backends.python.channel import Channel
+
+STUB_MODULE = "serve.backends.python.stub"
+_POLL_S = 1.0  # how often a blocked receive checks that the stub is still alive
+
+
+class StubExited(Exception):
+    """The stub process is gone; the message says how it ended."""
+
+
+class StubTimeout(Exception):
+    """The stub did not answer in time."""
+
+
+def child_env() -> dict[str, str]:
+    """The server's environment, with this package importable however the server was started."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[3])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def exit_description(pid: int, code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"stub process (pid {pid}) was killed by {name} (exit code {code})"
+    return f"stub process (pid {pid}) exited with code {code}"
+
+
+class StubProcess:
+    """A running stub and the connection to it. Not thread-safe: one caller at a time."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], channel: Channel) -> None:
+        self._proc = proc
+        self._channel = channel
+
+    @classmethod
+    def start(cls) -> StubProcess:
+        ours, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", STUB_MODULE, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=child_env(),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return cls(proc, Channel(ours.detach()))
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def send(self, message: Any) -> None:
+        try:
+            self._channel.send(message)
+        except OSError:
+            raise StubExited(self._exit_reason()) from None
+
+    def recv(self, timeout_s: float | None = None) -> Any:
+        """The stub's next message; StubExited if it dies first, StubTimeout after timeout_s."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
+            if wait <= 0:
+                raise StubTimeout(f"stub process (pid {self.pid}) did not answer in time")
+            try:
+                if self._channel.poll(wait):
+                    return self._channel.recv()
+            except (EOFError, OSError):
+                raise StubExited(self._exit_reason()) from None
+            # A child of the model holding the socket would hide the stub's death from poll().
+            if self._proc.poll() is not None:
+                raise StubExited(self._exit_reason())
+
+    def kill(self) -> None:
+        """Kill the process without waiting (it unblocks a caller stuck in recv)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+
+    def stop(self, grace_s: float, ask_first: bool = True) -> None:
+        """Close the connection (a stub in its loop exits then), terminate, then kill.
+
+        Each step waits up to grace_s; `ask_first=False` skips the first wait for a stub known
+        to be busy. Always reaps the process.
+        """
+        self._channel.close()
+        steps = (None, self._proc.terminate, self._proc.kill)
+        for action in steps if ask_first else steps[1:]:
+            if action is not None:
+                action()
+            try:
+                self._proc.wait(timeout=grace_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+        self._proc.wait()
+
+    def _exit_reason(self) -> str:
+        try:
+            code = self._proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            code = self._proc.wait()
+        return exit_description(self.pid, code)

@@ -1,0 +1,261 @@
+"""The stub: one process per model instance, running a Triton python model.
+
+Started by the server as `python -m serve.backends.python.stub <socket fd>`; it serves the
+conversation described in `protocol` until the server sends Finalize or goes away.
+
+Input arrays the model sees are views of the server's input arena (no copy). If the model keeps
+one past `execute`, the stub says so and the server moves to a fresh arena, so kept arrays
+never change under the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import signal
+import sys
+import traceback
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serve.backends.python import pb_utils
+from serve.backends.python.channel import Channel
+from serve.backends.python.loader import ModelLoadError, describe, import_model_class
+from serve.backends.python.protocol import (
+    ArenaRef,
+    ArenaUpdate,
+    BatchFailed,
+    Execute,
+    Failed,
+    Finalize,
+    Finalized,
+    Grow,
+    Init,
+    Ready,
+    RequestMsg,
+    ResponseMsg,
+    Results,
+    TensorMeta,
+    arena_array,
+    place,
+)
+from serve.backends.python.shm import Attachment
+from serve.datatypes import wire_datatype
+from serve.errors import ServeError
+
+_BYTES_KINDS = "OSU"
+
+
+class Stub:
+    """Runs one TritonPythonModel and answers the server's messages."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self._model: Any = None
+        self._model_file = Path()
+        self._model_name = ""
+        self._model_version = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inputs = Attachment()
+        self._outputs = Attachment()
+
+    def serve(self) -> None:
+        try:
+            reply = self._initialize(self._channel.recv())
+            self._channel.send(reply)
+            if isinstance(reply, Failed):
+                return
+            while True:
+                message = self._channel.recv()
+                if isinstance(message, Execute):
+                    self._channel.send(self._execute(message))
+                elif isinstance(message, Finalize):
+                    self._channel.send(self._finalize())
+                    return
+        except (EOFError, OSError):
+            return  # the server went away
+
+    def _initialize(self, init: Init) -> Ready | Failed:
+        self._model_file = Path(init.model_file)
+        self._model_name = init.args.get("model_name", "")
+        self._model_version = int(init.args.get("model_version", "-1"))
+        stage = "shared memory setup"
+        try:
+            self._inputs.buf(init.input_arena)
+            self._outputs.buf(init.output_arena)
+            stage = "load"
+            model_class = import_model_class(self._model_file)
+            if not callable(getattr(model_class, "execute", None)):
+                raise ModelLoadError("TritonPythonModel has no execute method")
+            stage = "initialize"
+            self._model = model_class()
+            initialize = getattr(self._model, "initialize", None)
+            if initialize is not None:
+                self._run(initialize(init.args))
+        except Exception as exc:
+            traceback.print_exc()
+            return Failed(f"{stage} failed: {describe(exc, self._model_file)}")
+        return Ready(os.getpid())
+
+    def _execute(self, message: Execute) -> Results | BatchFailed:
+        buf = self._inputs.buf(message.input_arena)
+        views: list[weakref.ref[np.ndarray]] = []
+        requests = [self._request(r, buf, views) for r in message.requests]
+        reply = self._run_batch(requests, message.output_arena)
+        del requests
+        # The model kept an input array: the server must not write over it next time.
+        if any(view() is not None for view in views):
+            self._inputs.keep(views)
+            return reply._replace(inputs_retained=True)
+        return reply
+
+    def _run_batch(
+        self, requests: list[pb_utils.InferenceRequest], output_arena: ArenaRef
+    ) -> Results | BatchFailed:
+        try:
+            responses = self._run(self._model.execute(requests))
+        except Exception as exc:
+            traceback.print_exc()
+            return BatchFailed(f"execute failed: {describe(exc, self._model_file)}")
+        if not isinstance(responses, (list, tuple)):
+            return BatchFailed(f"execute returned {type(responses).__name__}, not a list")
+        if len(responses) != len(requests):
+            return BatchFailed(
+                f"execute returned {len(responses)} responses for {len(requests)} requests"
+            )
+        return self._pack(responses, output_arena)
+
+    def _request(
+        self, msg: RequestMsg, buf: memoryview, views: list[weakref.ref[np.ndarray]]
+    ) -> pb_utils.InferenceRequest:
+        inputs = []
+        for meta in msg.inputs:
+            if meta.data is not None:
+                inputs.append(pb_utils.Tensor(meta.name, meta.data))
+                continue
+            array = arena_array(buf, meta)
+            views.append(weakref.ref(array))
+            inputs.append(pb_utils.Tensor(meta.name, array))
+        return pb_utils.InferenceRequest(
+            model_name=self._model_name,
+            requested_output_names=msg.requested_outputs,
+            inputs=inputs,
+            request_id=msg.request_id,
+            correlation_id=msg.correlation_id,
+            model_version=self._model_version,
+            flags=msg.flags,
+            parameters=msg.parameters,
+        )
+
+    def _pack(self, responses: list[Any] | tuple[Any, ...], output_arena: ArenaRef) -> Results:
+        packed: list[ResponseMsg] = []
+        writes: list[tuple[TensorMeta, np.ndarray]] = []
+        end = 0
+        for index, response in enumerate(responses):
+            if not isinstance(response, pb_utils.InferenceResponse):
+                kind = type(response).__name__
+                reason = f"execute returned {kind} for request {index}, not an InferenceResponse"
+                packed.append(ResponseMsg([], reason, pb_utils.TritonError.INTERNAL))
+                continue
+            error = response.error()
+            if error is not None:
+                if isinstance(error, pb_utils.TritonError):
+                    packed.append(ResponseMsg([], error.message(), error.code()))
+                else:
+                    packed.append(ResponseMsg([], str(error), pb_utils.TritonError.UNKNOWN))
+                continue
+            try:
+                metas, arrays, end = _layout(response.output_tensors(), end)
+            except ValueError as exc:
+                packed.append(ResponseMsg([], str(exc), pb_utils.TritonError.INTERNAL))
+                continue
+            packed.append(ResponseMsg(metas))
+            writes.extend(arrays)
+        if writes:
+            if end > output_arena.size:
+                self._channel.send(Grow(end))
+                update: ArenaUpdate = self._channel.recv()
+                output_arena = update.output_arena
+            buf = self._outputs.buf(output_arena)
+            for meta, array in writes:
+                np.copyto(arena_array(buf, meta), array)
+        return Results(packed)
+
+    def _finalize(self) -> Finalized:
+        finalize = getattr(self._model, "finalize", None)
+        if finalize is None:
+            return Finalized()
+        try:
+            self._run(finalize())
+        except Exception as exc:
+            traceback.print_exc()
+            return Finalized(f"finalize failed: {describe(exc, self._model_file)}")
+        return Finalized()
+
+    def _run(self, result: Any) -> Any:
+        """The value of a model hook, awaited on the stub's own event loop when it is async."""
+        if not inspect.isawaitable(result):
+            return result
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+        return self._loop.run_until_complete(result)
+
+
+def _layout(
+    tensors: list[Any], start: int
+) -> tuple[list[TensorMeta], list[tuple[TensorMeta, np.ndarray]], int]:
+    """Metadata for one response's outputs, the arrays to copy into the arena, and its end."""
+    metas: list[TensorMeta] = []
+    writes: list[tuple[TensorMeta, np.ndarray]] = []
+    end = start
+    for tensor in tensors:
+        if not isinstance(tensor, pb_utils.Tensor):
+            raise ValueError(f"output {tensor!r} is not a pb_utils.Tensor")
+        array = tensor.as_numpy()
+        if array.dtype.kind in _BYTES_KINDS:
+            metas.append(TensorMeta(tensor.name(), "|O", array.shape, -1, _bytes_array(array)))
+            continue
+        try:
+            wire_datatype(array.dtype)
+        except ServeError as exc:
+            raise ValueError(f"output '{tensor.name()}': {exc.message}") from None
+        (offset,), end = place([array.nbytes], end)
+        meta = TensorMeta(tensor.name(), array.dtype.newbyteorder("=").str, array.shape, offset)
+        metas.append(meta)
+        writes.append((meta, array))
+    return metas, writes, end
+
+
+def _bytes_array(array: np.ndarray) -> np.ndarray:
+    """An object array of `bytes` (str items encoded as UTF-8), as BYTES tensors travel."""
+    out = np.empty(array.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, item in enumerate(array.reshape(-1)):
+        if isinstance(item, str):
+            flat[i] = item.encode("utf-8")
+        elif isinstance(item, (bytes, bytearray, memoryview)):
+            flat[i] = bytes(item)
+        else:
+            flat[i] = str(item).encode("utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    # Ctrl-C reaches the whole process group; the server unloads its stubs itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    channel = Channel(int(args[0]))
+    try:
+        Stub(channel).serve()
+    finally:
+        channel.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
