@@ -57,6 +57,10 @@ instance_group [
     kind: KIND_CPU
   }
 ]
+parameters {
+  key: "intra_op_thread_count"
+  value { string_value: "1" }
+}
 """
 
 SIMPLE_CONFIG = """\

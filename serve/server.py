@@ -69,6 +69,9 @@ async def run_server(options: ServerOptions) -> None:
         access_log=options.log_verbose > 1,
         log_level="info" if options.log_verbose else "warning",
         timeout_graceful_shutdown=30,
+        proxy_headers=False,  # each of these costs CPU on every response
+        server_header=False,
+        date_header=False,
     )
     server = _HttpServer(config)
     loop = asyncio.get_running_loop()
