@@ -32,190 +32,14 @@ IR_VERSION = 8
 SEED = 20261130
 DIGITS_MIN_ACCURACY = 0.97
 
-DIGITS_CONFIG = """\
-name: "digits"
-platform: "onnxruntime_onnx"
-max_batch_size: 64
-input [
-  {
-    name: "input"
-    data_type: TYPE_FP32
-    dims: [ 1, 8, 8 ]
-  }
-]
-output [
-  {
-    name: "logits"
-    data_type: TYPE_FP32
-    dims: [ 10 ]
-  }
-]
-dynamic_batching { }
-instance_group [
-  {
-    count: 1
-    kind: KIND_CPU
-  }
-]
-parameters {
-  key: "intra_op_thread_count"
-  value { string_value: "1" }
+# config.pbtxt files and add_sub_py/1/model.py are hand-written and committed; this
+# script builds only the model files. Into another repository it copies them from the bundled one.
+HAND_WRITTEN: dict[str, tuple[str, ...]] = {
+    "digits": ("config.pbtxt",),
+    "simple": ("config.pbtxt",),
+    "resnet18": ("config.pbtxt",),
+    "add_sub_py": ("config.pbtxt", "1/model.py"),
 }
-"""
-
-SIMPLE_CONFIG = """\
-name: "simple"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [
-  {
-    name: "INPUT0"
-    data_type: TYPE_INT32
-    dims: [ 16 ]
-  },
-  {
-    name: "INPUT1"
-    data_type: TYPE_INT32
-    dims: [ 16 ]
-  }
-]
-output [
-  {
-    name: "OUTPUT0"
-    data_type: TYPE_INT32
-    dims: [ 16 ]
-  },
-  {
-    name: "OUTPUT1"
-    data_type: TYPE_INT32
-    dims: [ 16 ]
-  }
-]
-dynamic_batching { }
-instance_group [
-  {
-    count: 1
-    kind: KIND_CPU
-  }
-]
-"""
-
-RESNET18_CONFIG = """\
-name: "resnet18"
-platform: "onnxruntime_onnx"
-max_batch_size: 16
-input [
-  {
-    name: "input"
-    data_type: TYPE_FP32
-    dims: [ 3, 224, 224 ]
-  }
-]
-output [
-  {
-    name: "logits"
-    data_type: TYPE_FP32
-    dims: [ 1000 ]
-  }
-]
-dynamic_batching {
-  max_queue_delay_microseconds: 2000
-}
-instance_group [
-  {
-    count: 1
-    kind: KIND_CPU
-  }
-]
-parameters {
-  key: "intra_op_thread_count"
-  value { string_value: "2" }
-}
-"""
-
-ADD_SUB_PY_CONFIG = """\
-name: "add_sub_py"
-backend: "python"
-max_batch_size: 8
-input [
-  {
-    name: "INPUT0"
-    data_type: TYPE_FP32
-    dims: [ 16 ]
-  },
-  {
-    name: "INPUT1"
-    data_type: TYPE_FP32
-    dims: [ 16 ]
-  }
-]
-output [
-  {
-    name: "OUTPUT0"
-    data_type: TYPE_FP32
-    dims: [ 16 ]
-  },
-  {
-    name: "OUTPUT1"
-    data_type: TYPE_FP32
-    dims: [ 16 ]
-  }
-]
-dynamic_batching { }
-instance_group [
-  {
-    count: 1
-    kind: KIND_CPU
-  }
-]
-parameters {
-  key: "EXECUTE_DELAY_MS"
-  value { string_value: "0" }
-}
-"""
-
-ADD_SUB_PY_MODEL = '''\
-"""Triton python-backend model: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1.
-
-The config parameter EXECUTE_DELAY_MS (default "0") adds a sleep to every execute call,
-which makes a deliberately slow model for tests and tuning experiments.
-"""
-
-import json
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args: dict[str, str]) -> None:
-        config = json.loads(args["model_config"])
-        parameters = config.get("parameters") or {}
-        raw = parameters.get("EXECUTE_DELAY_MS", {}).get("string_value", "0")
-        try:
-            delay_ms = float(raw)
-        except ValueError:
-            raise ValueError(f"parameter EXECUTE_DELAY_MS must be a number, got {raw!r}") from None
-        if delay_ms < 0:
-            raise ValueError(f"parameter EXECUTE_DELAY_MS must be >= 0, got {raw!r}")
-        self.delay_s = delay_ms / 1000.0
-
-    def execute(self, requests: list) -> list:
-        if self.delay_s > 0:
-            time.sleep(self.delay_s)
-        responses = []
-        for request in requests:
-            in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            in1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            out0 = pb_utils.Tensor("OUTPUT0", (in0 + in1).astype(np.float32))
-            out1 = pb_utils.Tensor("OUTPUT1", (in0 - in1).astype(np.float32))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out0, out1]))
-        return responses
-
-    def finalize(self) -> None:
-        pass
-'''
 
 
 # ---------------------------------------------------------------- file helpers
@@ -538,39 +362,31 @@ def build_digits(model_dir: Path, force: bool) -> list[Path]:
     return todo
 
 
-# ---------------------------------------------------------------- add_sub_py
-
-
-def build_add_sub_py(model_dir: Path, force: bool) -> list[Path]:
-    path = model_dir / "1" / "model.py"
-    if not wanted(path, force):
-        return []
-    write_atomic(path, ADD_SUB_PY_MODEL.encode())
-    return [path]
-
-
 # ---------------------------------------------------------------- driver
 
 Builder = Callable[[Path, bool], list[Path]]
 
-MODELS: dict[str, tuple[str, Builder]] = {
-    "digits": (DIGITS_CONFIG, build_digits),
-    "simple": (SIMPLE_CONFIG, build_simple),
-    "resnet18": (RESNET18_CONFIG, build_resnet18),
-    "add_sub_py": (ADD_SUB_PY_CONFIG, build_add_sub_py),
+MODELS: dict[str, Builder | None] = {
+    "digits": build_digits,
+    "simple": build_simple,
+    "resnet18": build_resnet18,
+    "add_sub_py": None,  # nothing to build: its model.py is source
 }
 
 
 def build_model(repository: Path, name: str, force: bool = False) -> list[Path]:
     """Write model `name`'s missing files (all of them with `force`); return the paths written."""
-    config, builder = MODELS[name]
+    builder = MODELS[name]
     model_dir = repository / name
     written: list[Path] = []
-    config_path = model_dir / "config.pbtxt"
-    if wanted(config_path, force):
-        write_atomic(config_path, config.encode())
-        written.append(config_path)
-    written += builder(model_dir, force)
+    if repository.resolve() != DEFAULT_REPOSITORY.resolve():
+        for relative in HAND_WRITTEN[name]:
+            target = model_dir / relative
+            if wanted(target, force):
+                write_atomic(target, (DEFAULT_REPOSITORY / name / relative).read_bytes())
+                written.append(target)
+    if builder is not None:
+        written += builder(model_dir, force)
     return written
 
 
@@ -618,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="rebuild every file, config.pbtxt included, not only missing ones",
+        help="rebuild every model file, not only missing ones (configs are never rewritten)",
     )
     args = parser.parse_args(argv)
     build_repository(args.repository, args.models, args.force)

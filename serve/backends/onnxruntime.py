@@ -122,6 +122,11 @@ def execution_providers(config: mc.ModelConfig, kind: str) -> tuple[list[Any], l
             providers.append(("CUDAExecutionProvider", {"device_id": 0}))
         else:
             warnings.append("no CUDA execution provider (onnxruntime-gpu not installed); using CPU")
+    else:
+        for accel in accelerators.gpu_execution_accelerator:
+            warnings.append(
+                f"gpu_execution_accelerator '{accel.name}' ignored: the instance runs on the CPU"
+            )
     for accel in accelerators.cpu_execution_accelerator:
         name = {"openvino": "OpenVINOExecutionProvider"}.get(accel.name, accel.name)
         if name in available:
