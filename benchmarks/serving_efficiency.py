@@ -25,6 +25,7 @@ import aiohttp
 import numpy as np
 import onnxruntime as ort
 import orjson
+import psutil
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -151,18 +152,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         process, base = start_server(REPOSITORY, Path(scratch) / "server.log")
         try:
-            served = {m: asyncio.run(served_throughput(base, m, args.seconds)) for m in MODELS}
+            served = {}
+            server_cpu = {}
+            server = psutil.Process(process.pid)
+            for model in MODELS:
+                before, started = server.cpu_times(), time.perf_counter()
+                served[model] = asyncio.run(served_throughput(base, model, args.seconds))
+                after, elapsed = server.cpu_times(), time.perf_counter() - started
+                used = (after.user + after.system) - (before.user + before.system)
+                server_cpu[model] = used / elapsed
         finally:
             process.terminate()
             process.wait(timeout=60)
     print()
-    print(f"{'model':<10} {'in-process (best batch)':>26} {'served over HTTP':>18} {'ratio':>7}")
+    print(
+        f"{'model':<10} {'in-process (best batch)':>26} {'served over HTTP':>18} {'ratio':>7}"
+        f" {'server CPU':>11}"
+    )
     for model in MODELS:
         rate, size = in_process[model]
         print(
             f"{model:<10} {rate:>17.1f} (b={size:<3}) {served[model]:>18.1f} "
-            f"{served[model] / rate:>7.2f}"
+            f"{served[model] / rate:>7.2f} {server_cpu[model] * 100:>10.0f}%"
         )
+    print("(server CPU: cores the server process used while serving; 100% = one core)")
 
 
 if __name__ == "__main__":
