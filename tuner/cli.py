@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from analyzer.cli import perf_command
 from serve.cli import serve_command
 
 
@@ -14,3 +15,4 @@ def main() -> None:
 
 
 main.add_command(serve_command)
+main.add_command(perf_command)

@@ -1,0 +1,192 @@
+"""The analyzer's public Python API (what the tuner calls).
+
+- `measure(options, level, settings)`: one stable measurement at one concurrency or rate.
+- `sweep(options, spec, settings)`: perf_analyzer's sweep; the reported measurements.
+- `find_max_load(options, settings, latency_limit_us, ...)`: the highest load whose latency
+  percentile stays within a limit (doubling, then binary search at the boundary).
+
+Each opens its own connections to the server (`analyzer.load.factory.connect`), runs the load
+and closes everything. The plain functions run their own event loop; the `*_async` versions
+are for callers that already have one. Unreachable servers, unknown models and bad inputs
+raise `AnalyzerError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from analyzer.aio import run as run_sync
+from analyzer.errors import AnalyzerError
+from analyzer.load.base import LoadLevel
+from analyzer.load.factory import connect
+from analyzer.load.options import LoadOptions, ModelInfo
+from analyzer.measurement import Measurement
+from analyzer.profiler.clock import MonotonicClock, epoch_offset_ns
+from analyzer.profiler.level import LevelRun, Probe
+from analyzer.profiler.overhead import CpuMeter
+from analyzer.profiler.search import SearchResult, search_max_load
+from analyzer.profiler.session import LevelProfiler
+from analyzer.profiler.settings import MeasureSettings
+from analyzer.profiler.statistics_client import ServerStatistics
+from analyzer.profiler.sweep import CONCURRENCY, SweepOutcome, SweepSpec, run_sweep
+
+__all__ = [
+    "MeasureSettings",
+    "PerfSession",
+    "SearchResult",
+    "SweepSpec",
+    "find_max_load",
+    "find_max_load_async",
+    "measure",
+    "measure_async",
+    "open_session",
+    "sweep",
+    "sweep_async",
+]
+
+
+@dataclass(slots=True)
+class PerfSession:
+    """A connected, ready measurer: the model as the server describes it, the level
+    profiler, and how to turn record clocks into epoch time."""
+
+    model: ModelInfo
+    profiler: LevelProfiler
+    statistics: ServerStatistics
+    epoch_offset_ns: int
+    runs: list[LevelRun] = field(default_factory=list)
+
+    async def measure(self, level: LoadLevel) -> LevelRun:
+        run = await self.profiler.measure(level)
+        self.runs.append(run)
+        return run
+
+
+@asynccontextmanager
+async def open_session(
+    options: LoadOptions, settings: MeasureSettings, peak: LoadLevel | None = None
+) -> AsyncIterator[PerfSession]:
+    """Connect to the server, yield a session, and stop the load and close on exit.
+
+    `peak`, the highest level the caller will ask for, lets the factory decide whether
+    worker processes are needed (when `options.worker_processes` is 0)."""
+    driver, model, control = await connect(options, peak)
+    try:
+        statistics = ServerStatistics(control, model.name, model.version)
+
+        def client_pids() -> list[int]:
+            return [os.getpid(), *getattr(driver, "pids", ())]
+
+        probe = Probe(stats=statistics, clock=MonotonicClock(), cpu=CpuMeter(client_pids))
+        profiler = LevelProfiler(
+            driver, settings, probe, model=model.name, batch_size=options.batch_size
+        )
+        session = PerfSession(model, profiler, statistics, epoch_offset_ns())
+        try:
+            yield session
+        finally:
+            await profiler.close()
+    finally:
+        await control.close()
+
+
+async def measure_async(
+    options: LoadOptions, level: LoadLevel, settings: MeasureSettings | None = None
+) -> Measurement:
+    """Measure one level until stable (or `max_trials` windows).
+
+    Returns the merge of the last windows; `Measurement.stable` is False when stability was
+    not reached. Raises AnalyzerError when no request succeeded in a window."""
+    settings = settings or MeasureSettings()
+    async with open_session(options, settings, peak=level) as session:
+        run = await session.measure(level)
+    if run.measurement is None:
+        raise AnalyzerError(run.failure)
+    return run.measurement
+
+
+def measure(
+    options: LoadOptions, level: LoadLevel, settings: MeasureSettings | None = None
+) -> Measurement:
+    """`measure_async` on its own event loop."""
+    return run_sync(measure_async(options, level, settings))
+
+
+async def sweep_outcome_async(
+    options: LoadOptions, spec: SweepSpec, settings: MeasureSettings
+) -> tuple[SweepOutcome, PerfSession]:
+    """The sweep with everything measured (for the CLI's reports)."""
+    async with open_session(options, settings) as session:
+        outcome = await run_sweep(spec, session.measure, settings)
+    return outcome, session
+
+
+async def sweep_async(
+    options: LoadOptions, spec: SweepSpec, settings: MeasureSettings | None = None
+) -> list[Measurement]:
+    """Run perf_analyzer's sweep; the measurements it would report (stable and within the
+    latency threshold), in the order measured."""
+    outcome, _ = await sweep_outcome_async(options, spec, settings or MeasureSettings())
+    return outcome.reported
+
+
+def sweep(
+    options: LoadOptions, spec: SweepSpec, settings: MeasureSettings | None = None
+) -> list[Measurement]:
+    """`sweep_async` on its own event loop."""
+    return run_sync(sweep_async(options, spec, settings))
+
+
+async def find_max_load_async(
+    options: LoadOptions,
+    settings: MeasureSettings | None,
+    latency_limit_us: float,
+    percentile: int = 95,
+    mode: str = CONCURRENCY,
+    start: int = 1,
+    max_level: int = 1024,
+    max_binary_steps: int = 5,
+) -> SearchResult:
+    """The highest concurrency (or request rate) whose `percentile` latency stays within
+    `latency_limit_us`: doubling from `start` up to `max_level`, then binary search at the
+    boundary. `SearchResult.best` is the passing measurement with the highest throughput;
+    it is None (and `reason` says so) when even `start` is over the limit."""
+    settings = settings or MeasureSettings()
+    async with open_session(options, settings) as session:
+        return await search_max_load(
+            session.measure,
+            latency_limit_us=latency_limit_us,
+            percentile=percentile,
+            mode=mode,
+            start=start,
+            max_level=max_level,
+            max_binary_steps=max_binary_steps,
+        )
+
+
+def find_max_load(
+    options: LoadOptions,
+    settings: MeasureSettings | None,
+    latency_limit_us: float,
+    percentile: int = 95,
+    mode: str = CONCURRENCY,
+    start: int = 1,
+    max_level: int = 1024,
+    max_binary_steps: int = 5,
+) -> SearchResult:
+    """`find_max_load_async` on its own event loop."""
+    return run_sync(
+        find_max_load_async(
+            options,
+            settings,
+            latency_limit_us,
+            percentile=percentile,
+            mode=mode,
+            start=start,
+            max_level=max_level,
+            max_binary_steps=max_binary_steps,
+        )
+    )

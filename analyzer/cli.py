@@ -1,0 +1,96 @@
+"""`autotune perf`: perf_analyzer's command line, measuring any KServe v2 server."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+
+from analyzer.aio import run
+from analyzer.errors import AnalyzerError
+from analyzer.perf_config import PerfFlags, build_config
+from analyzer.perf_run import run_perf
+
+
+@click.command(
+    "perf",
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
+@click.option("-m", "model", required=True, help="Model name.")
+@click.option(
+    "-x", "version", default="", show_default=False, help="Model version [default: latest]."
+)
+@click.option(
+    "-u", "url", default=None, help="Server host:port [default: localhost:8000, 8001 for gRPC]."
+)
+@click.option("-i", "protocol", type=click.Choice(["http", "grpc"]), default="http")
+@click.option("-b", "batch_size", type=int, default=1, help="Batch size of each request.")
+@click.option("--concurrency-range", default=None, help="start:end:step [default: 1].")
+@click.option("--request-rate-range", default=None, help="start:end:step, requests/s.")
+@click.option(
+    "--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant"
+)
+@click.option(
+    "--request-intervals",
+    default=None,
+    help="File of send intervals in microseconds, one a line (looped).",
+)
+@click.option(
+    "--measurement-mode",
+    type=click.Choice(["time_windows", "count_windows"]),
+    default="time_windows",
+)
+@click.option("-p", "--measurement-interval", type=int, default=5000, help="Window, ms.")
+@click.option("--measurement-request-count", type=int, default=50)
+@click.option("-s", "--stability-percentage", type=float, default=10.0)
+@click.option("-r", "--max-trials", type=int, default=10)
+@click.option("--percentile", type=int, default=None, help="Stabilize on this percentile.")
+@click.option("--warmup-request-count", type=int, default=0)
+@click.option("-l", "--latency-threshold", type=float, default=0.0, help="ms; 0: no limit.")
+@click.option("--binary-search", is_flag=True, help="Binary search within the range.")
+@click.option(
+    "--input-data", multiple=True, help="random | zero | JSON file | directory [default: random]."
+)
+@click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2,... (repeatable).")
+@click.option("--string-length", type=int, default=128)
+@click.option("--string-data", default=None)
+@click.option("--shared-memory", type=click.Choice(["none", "system", "cuda"]), default="none")
+@click.option("--output-shared-memory-size", type=int, default=102400)
+@click.option("--input-tensor-format", type=click.Choice(["binary", "json"]), default="binary")
+@click.option("--output-tensor-format", type=click.Choice(["binary", "json"]), default="binary")
+@click.option("-f", "csv", default=None, help="Write perf_analyzer's CSV here.")
+@click.option("--verbose-csv", is_flag=True, help="Add Avg latency, request/response, ...")
+@click.option("--profile-export-file", default=None, help="Per-request timestamps (JSON).")
+@click.option("-H", "headers", multiple=True, help="'Name: value' HTTP header (repeatable).")
+@click.option("--sync", is_flag=True, help="Synchronous requests (the default).")
+@click.option("-a", "--async", "async_mode", is_flag=True, help="Asynchronous requests.")
+@click.option("--max-threads", type=int, default=None, help="[default: 16, 4 for rates]")
+@click.option("--json", "json_path", default=None, help="Write the measurements as JSON.")
+@click.option("--workers", type=int, default=0, help="Load processes; 0: from the load.")
+@click.option("-v", "verbose", count=True, show_default=False, help="Print every window.")
+def perf_command(**values: object) -> None:
+    """Measure a model's throughput and latency under load, as perf_analyzer does.
+
+    Each load level (a concurrency, or a request rate) is measured in windows until the
+    last three agree within -s percent; the stable windows are merged. Prints a table,
+    and writes perf_analyzer's CSV with -f. Exits non-zero when no level could be
+    measured (unreachable server, unknown model, bad input data, unstable load).
+    """
+    values["json"] = values.pop("json_path")
+    flags = PerfFlags(**values)  # type: ignore[arg-type]
+    try:
+        config = build_config(flags)
+    except AnalyzerError as exc:
+        raise click.UsageError(str(exc)) from None
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        status = run(run_perf(config, out, err))
+    except AnalyzerError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(status)

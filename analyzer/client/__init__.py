@@ -1,0 +1,1 @@
+"""Clients of a KServe v2 server: HTTP control calls and the infer connection."""

@@ -1,0 +1,1 @@
+"""Load generation: concurrency, request-rate and custom-interval modes."""

@@ -1,0 +1,198 @@
+"""From perf_analyzer-style options to a load driver ready to start.
+
+`connect` asks the server what the model is (server metadata, model metadata, model config),
+builds every request once, and picks the in-process driver or worker processes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+from analyzer.client.http import HttpClient, build_infer_request
+from analyzer.client.infer_body import encode_infer_body
+from analyzer.errors import AnalyzerError
+from analyzer.inputs import build_input_sets
+from analyzer.load.base import LoadDriver, LoadLevel
+from analyzer.load.local import AsyncLoadDriver, InferTarget
+from analyzer.load.options import LoadOptions, ModelInfo, TensorInfo
+from analyzer.load.process import ProcessDriver
+from analyzer.load.schedule import ScheduleSpec, check_distribution, check_intervals
+
+# Past these a load is spread over worker processes when LoadOptions.worker_processes is 0.
+# Measured here (2 cores, against a no-op server): one process sustains ~20,000 requests/s in
+# request-rate mode and ~48,000/s at concurrency 8 (benchmarks/analyzer_client_cost.py gives
+# the cost against the real server: ~35 us CPU per request, perf_analyzer ~70-100 us).
+RATE_PER_PROCESS = 15_000.0
+CONCURRENCY_PER_PROCESS = 512
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_TENSOR_FORMATS = ("binary", "json")
+
+
+async def connect(
+    options: LoadOptions, peak: LoadLevel | None = None
+) -> tuple[LoadDriver, ModelInfo, HttpClient]:
+    """A driver ready to `start()`, the model as the server describes it, and a control
+    client for statistics (the caller closes it). `peak` is the highest level the caller
+    will ask for; with `options.worker_processes == 0` it decides whether worker processes
+    are needed."""
+    check_options(options)
+    client = HttpClient(options.url, options.headers)
+    try:
+        await client.server_metadata()
+        metadata = await client.model_metadata(options.model, options.version)
+        config = await client.model_config(options.model, options.version)
+        model = model_info(metadata, config, options.version)
+        target = build_target(client, model, options)
+        driver = make_driver(target, options, peak)
+    except BaseException:
+        await client.close()
+        raise
+    return driver, model, client
+
+
+def check_options(options: LoadOptions) -> None:
+    """The options this analyzer cannot honour, refused before contacting the server."""
+    if options.protocol == "grpc":
+        raise AnalyzerError("gRPC (-i grpc) is not supported by this analyzer yet: use -i http")
+    if options.protocol != "http":
+        raise AnalyzerError(f"-i must be http or grpc, got '{options.protocol}'")
+    if options.shared_memory != "none":
+        raise AnalyzerError(
+            f"--shared-memory {options.shared_memory} is not supported by this analyzer yet:"
+            " use --shared-memory none"
+        )
+    for flag, value in (
+        ("--input-tensor-format", options.input_tensor_format),
+        ("--output-tensor-format", options.output_tensor_format),
+    ):
+        if value not in _TENSOR_FORMATS:
+            raise AnalyzerError(f"{flag} must be binary or json, got '{value}'")
+    check_distribution(options.request_distribution)
+    if options.request_intervals_us is not None:
+        check_intervals(options.request_intervals_us, "--request-intervals")
+    if options.worker_processes < 0:
+        raise AnalyzerError(
+            f"worker processes must be 0 (auto) or more, got {options.worker_processes}"
+        )
+
+
+def model_info(metadata: dict[str, Any], config: dict[str, Any], version: str) -> ModelInfo:
+    """The model from its metadata (tensors, batch dim included) and config."""
+    name = metadata.get("name")
+    if not isinstance(name, str):
+        raise AnalyzerError("the server's model metadata has no 'name'")
+    versions = [str(v) for v in metadata.get("versions") or []]
+    if not version and versions:
+        version = max(versions, key=lambda v: (v.isdigit(), int(v) if v.isdigit() else 0, v))
+    max_batch_size = config.get("max_batch_size", 0)
+    if not isinstance(max_batch_size, int):
+        raise AnalyzerError(f"the config of model '{name}' has no integer max_batch_size")
+    return ModelInfo(
+        name=name,
+        version=version,
+        max_batch_size=max_batch_size,
+        inputs=_tensors(metadata, "inputs", name),
+        outputs=_tensors(metadata, "outputs", name),
+        config=config,
+    )
+
+
+def build_target(client: HttpClient, model: ModelInfo, options: LoadOptions) -> InferTarget:
+    """Every distinct request, framed once."""
+    outputs = [tensor.name for tensor in model.outputs]
+    requests = []
+    for inputs in build_input_sets(model, options):
+        body, header_length = encode_infer_body(
+            inputs,
+            outputs,
+            binary_inputs=options.input_tensor_format == "binary",
+            binary_outputs=options.output_tensor_format == "binary",
+        )
+        requests.append(
+            build_infer_request(
+                client.endpoint,
+                options.model,
+                options.version,
+                body,
+                header_length,
+                options.headers,
+            )
+        )
+    return InferTarget(client.endpoint, tuple(requests))
+
+
+def make_driver(
+    target: InferTarget, options: LoadOptions, peak: LoadLevel | None = None
+) -> LoadDriver:
+    schedule = ScheduleSpec(
+        distribution=options.request_distribution,
+        seed=options.seed,
+        intervals_us=tuple(options.request_intervals_us)
+        if options.request_intervals_us is not None
+        else None,
+    )
+    workers = worker_count(options, peak)
+    if workers <= 1:
+        return AsyncLoadDriver(target, schedule)
+    return ProcessDriver(target, schedule, workers)
+
+
+def worker_count(options: LoadOptions, peak: LoadLevel | None) -> int:
+    """1 means this process; more means that many worker processes."""
+    if options.worker_processes:
+        return options.worker_processes
+    if peak is None:
+        return 1
+    if peak.request_rate:
+        need = math.ceil(peak.request_rate / RATE_PER_PROCESS)
+    else:
+        need = math.ceil(peak.concurrency / CONCURRENCY_PER_PROCESS)
+    return max(1, min(os.cpu_count() or 1, need))
+
+
+def parse_shape_flag(text: str) -> tuple[str, list[int]]:
+    """`--shape NAME:d1,d2,...` (batch dim excluded) -> (NAME, [d1, d2, ...])."""
+    name, colon, dims = text.rpartition(":")
+    if not colon or not name:
+        raise AnalyzerError(f"--shape '{text}': expected NAME:d1,d2,... (e.g. INPUT0:3,224,224)")
+    try:
+        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+    except ValueError:
+        raise AnalyzerError(f"--shape '{text}': the dims must be whole numbers") from None
+    if not shape or any(d < 0 for d in shape):
+        raise AnalyzerError(f"--shape '{text}': give one or more dims, each 0 or more")
+    return name, shape
+
+
+def parse_header_flag(text: str) -> tuple[str, str]:
+    """`-H "Name: value"` -> (Name, value)."""
+    name, colon, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if not colon or not _TOKEN.match(name):
+        raise AnalyzerError(f"-H '{text}': expected 'Name: value' with a valid header name")
+    if "\r" in value or "\n" in value:
+        raise AnalyzerError(f"-H '{text}': a header value cannot contain line breaks")
+    if name.lower() in ("host", "content-length", "content-type", "transfer-encoding"):
+        raise AnalyzerError(f"-H '{text}': the {name} header is set by the analyzer itself")
+    return name, value
+
+
+def _tensors(metadata: dict[str, Any], key: str, model: str) -> list[TensorInfo]:
+    tensors = []
+    for entry in metadata.get(key) or []:
+        try:
+            tensors.append(
+                TensorInfo(
+                    str(entry["name"]), str(entry["datatype"]), [int(d) for d in entry["shape"]]
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            raise AnalyzerError(
+                f"the server's metadata of model '{model}' has a malformed {key} entry:"
+                f" {entry!r:.200}"
+            ) from None
+    return tensors

@@ -1,0 +1,261 @@
+"""The in-process load driver: asyncio on the caller's running event loop.
+
+Concurrency mode keeps N requests outstanding, one connection each: a finished request is
+replaced from its completion callback on the same connection, with no Task per request.
+Request-rate mode sends at precomputed times whatever is outstanding, taking an idle connection
+or opening another. Both share one pool of keep-alive connections, so `change()` never closes
+any. Requests are prebuilt bytes, cycled in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from time import perf_counter_ns
+
+from analyzer.client.http import Endpoint, connect_error_reason
+from analyzer.client.infer_connection import InferConnection, RawRecord
+from analyzer.load.base import LoadDriver, LoadLevel, RequestRecord
+from analyzer.load.schedule import ScheduleSpec, send_delays_ns
+
+RETRY_DELAY_S = 0.05  # before replacing a connection that could not be opened
+PREOPEN_PER_RATE = 0.002  # connections opened before request-rate mode starts: 2 ms of sends
+PREOPEN_MAX = 16
+EARLY_NS = 500_000  # loop timers round to ~1 ms: send up to 0.5 ms early rather than late
+
+
+@dataclass(frozen=True, slots=True)
+class InferTarget:
+    """Where and what to send: the server and its complete HTTP infer requests."""
+
+    endpoint: Endpoint
+    requests: tuple[bytes, ...]
+
+    def __post_init__(self) -> None:
+        if not self.requests:
+            raise ValueError("an InferTarget needs at least one request")
+
+
+IDLE = LoadLevel()  # send nothing, keep the connections: a worker process's zero share
+
+
+def check_level(level: LoadLevel) -> None:
+    if (
+        level.concurrency < 0
+        or level.request_rate < 0
+        or (level.concurrency and level.request_rate)
+    ):
+        raise ValueError(f"a load level needs a concurrency or a request rate: {level}")
+
+
+class AsyncLoadDriver(LoadDriver):
+    """Sends from the running event loop (this process).
+
+    Besides the contract's levels it accepts `IDLE` (send nothing, keep the connections).
+    """
+
+    def __init__(
+        self,
+        target: InferTarget,
+        schedule: ScheduleSpec | None = None,
+        max_connections: int = 4096,
+        drain_timeout_s: float = 30.0,
+    ) -> None:
+        self._target = target
+        self._schedule = schedule or ScheduleSpec()
+        self._max_connections = max_connections
+        self._drain_timeout_s = drain_timeout_s
+        self._address = target.endpoint.address
+        self._requests = target.requests
+        self._next_request = 0
+        self._records: list[RawRecord] = []
+        self._connections: set[InferConnection] = set()
+        self._idle: list[InferConnection] = []
+        self._in_flight = 0
+        self._concurrency = 0
+        self._running = False
+        self._delays: Iterator[int] | None = None  # request-rate mode's schedule
+        self._next_send_ns = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._starved = False  # a due send waits for a connection (at max_connections)
+        self._retry: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self, level: LoadLevel) -> None:
+        if self._running:
+            raise RuntimeError("the driver is already started")
+        self._loop = asyncio.get_running_loop()
+        self._running = True
+        await self.change(level)
+
+    async def change(self, level: LoadLevel) -> None:
+        check_level(level)
+        if not self._running:
+            raise RuntimeError("the driver is not started")
+        self._stop_schedule()
+        if level.concurrency:
+            # Connect first (the old level keeps running meanwhile) so that no request's
+            # latency includes connecting.
+            await self._open_idle(level.concurrency - self._in_flight - len(self._idle))
+            self._concurrency = level.concurrency
+            self._fill()
+        else:
+            self._concurrency = 0
+        if level.request_rate:
+            # A few connections up front; more open on demand when the server falls behind.
+            wanted = min(PREOPEN_MAX, 1 + int(level.request_rate * PREOPEN_PER_RATE))
+            await self._open_idle(wanted - len(self._idle))
+            self._delays = send_delays_ns(level.request_rate, self._schedule)
+            self._next_send_ns = perf_counter_ns() + next(self._delays)
+            self._tick()
+
+    async def collect(self) -> list[RequestRecord]:
+        return [RequestRecord(*raw) for raw in self.take_raw()]
+
+    def take_raw(self) -> list[RawRecord]:
+        """The raw records completed since the last call (what worker processes send)."""
+        records, self._records = self._records, []
+        return records
+
+    async def stop(self) -> list[RequestRecord]:
+        await self.stop_sending()
+        return await self.collect()
+
+    async def stop_sending(self, drain_timeout_s: float | None = None) -> None:
+        """Stop sending, wait for the requests in flight (failing them after the drain
+        timeout, the constructor's by default), and close every connection."""
+        timeout_s = self._drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        self._running = False
+        self._concurrency = 0
+        self._stop_schedule()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._in_flight and timeout_s > 0:
+            self._drained = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), timeout_s)
+        for connection in list(self._connections):
+            connection.close(
+                f"no response from the server at {self._address} within {timeout_s:g} s of stopping"
+            )
+        self._connections.clear()
+        self._idle.clear()
+        await asyncio.sleep(0)  # let the transports finish closing
+
+    # sending
+
+    def _fill(self) -> None:
+        while self._running and self._in_flight < self._concurrency:
+            connection = self._take_connection()
+            if connection is None:
+                return
+            self._send(connection)
+
+    def _send(self, connection: InferConnection) -> None:
+        requests = self._requests
+        index = self._next_request
+        self._next_request = index + 1
+        self._in_flight += 1
+        connection.send(requests[index % len(requests)])
+
+    def _take_connection(self) -> InferConnection | None:
+        idle = self._idle
+        while idle:
+            connection = idle.pop()  # the most recently used: the least likely to have timed out
+            if not connection.closed:
+                return connection
+            self._connections.discard(connection)  # the server closed it while idle
+        if len(self._connections) >= self._max_connections:
+            return None
+        connection = InferConnection(self._address, self._on_done)
+        self._connections.add(connection)
+        assert self._loop is not None
+        self._loop.create_task(self._connect(connection))
+        return connection
+
+    async def _connect(self, connection: InferConnection) -> None:
+        assert self._loop is not None
+        endpoint = self._target.endpoint
+        try:
+            await self._loop.create_connection(lambda: connection, endpoint.host, endpoint.port)
+        except OSError as exc:
+            connection.connect_failed(connect_error_reason(exc))
+
+    async def _open_idle(self, count: int) -> None:
+        """Open `count` more connections before sending, so connecting is not timed."""
+        if count <= 0:
+            return
+        fresh = [InferConnection(self._address, self._on_done) for _ in range(count)]
+        self._connections.update(fresh)
+        await asyncio.gather(*(self._connect(c) for c in fresh))
+        for connection in fresh:
+            if connection.closed:  # could not connect: sending will retry and record it
+                self._connections.discard(connection)
+            else:
+                self._idle.append(connection)
+
+    def _on_done(self, connection: InferConnection, record: RawRecord) -> None:
+        self._records.append(record)
+        self._in_flight -= 1
+        if not connection.closed:
+            if self._in_flight < self._concurrency:
+                self._send(connection)  # the hot path: replace the request on this connection
+                return
+            self._idle.append(connection)
+        else:
+            self._connections.discard(connection)
+            if not connection.was_open and self._concurrency:
+                self._retry_later()
+                return
+        if self._starved:
+            self._starved = False
+            self._tick()
+        if self._in_flight < self._concurrency:
+            self._fill()
+        elif self._drained is not None and self._in_flight == 0:
+            self._drained.set()
+
+    def _retry_later(self) -> None:
+        if self._retry is None and self._loop is not None:
+            self._retry = self._loop.call_later(RETRY_DELAY_S, self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        self._fill()
+
+    def _tick(self) -> None:
+        """Request-rate mode: send what is due, then sleep until the next send (a timer
+        callback rather than a Task: the cheapest wake-up the loop has)."""
+        self._timer = None
+        delays = self._delays
+        if delays is None:
+            return
+        now = perf_counter_ns()
+        while self._next_send_ns <= now + EARLY_NS:
+            connection = self._take_connection()
+            if connection is None:  # at max_connections: resume when one frees
+                self._starved = True
+                return
+            self._send(connection)
+            self._next_send_ns += next(delays)
+        assert self._loop is not None
+        self._timer = self._loop.call_later((self._next_send_ns - now) / 1e9, self._tick)
+
+    def _stop_schedule(self) -> None:
+        self._delays = None
+        self._starved = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

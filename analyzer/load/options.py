@@ -1,0 +1,49 @@
+"""What the load generator needs to know, resolved from perf_analyzer-style flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class LoadOptions:
+    url: str  # host:port of the server (perf_analyzer's -u)
+    model: str  # -m
+    version: str = ""  # -x; "" = the server's latest
+    protocol: str = "http"  # -i http | grpc
+    batch_size: int = 1  # -b
+    input_data: list[str] = field(default_factory=lambda: ["random"])  # random | zero | paths
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # --shape NAME:d1,d2
+    string_length: int = 128  # --string-length
+    string_data: str | None = None  # --string-data
+    headers: dict[str, str] = field(default_factory=dict)  # -H "Name: value"
+    request_distribution: str = "constant"  # constant | poisson
+    request_intervals_us: list[int] | None = None  # --request-intervals FILE (looped)
+    sync: bool = False  # --sync / --async (perf_analyzer's default is sync)
+    max_threads: int = 16  # --max-threads
+    worker_processes: int = 0  # 0: decide from the load and the cores
+    shared_memory: str = "none"  # none | system
+    output_shared_memory_size: int = 102400
+    output_tensor_format: str = "binary"  # binary | json
+    input_tensor_format: str = "binary"  # binary | json
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    name: str
+    datatype: str  # KServe v2 wire name
+    shape: list[int]  # as the metadata gives it (-1 for variable dims, batch dim included)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """The model as the server describes it (metadata and config)."""
+
+    name: str
+    version: str
+    max_batch_size: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    config: dict[str, Any]  # the config JSON as the server prints it

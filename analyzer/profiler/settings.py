@@ -1,0 +1,67 @@
+"""`MeasureSettings`: how a load level is measured (perf_analyzer's measurement flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TIME_WINDOWS = "time_windows"
+COUNT_WINDOWS = "count_windows"
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureSettings:
+    """Measurement windows, stability and thresholds, with perf_analyzer's defaults.
+
+    - `measurement_mode`: `time_windows` (each window lasts `measurement_interval_ms`) or
+      `count_windows` (each window holds at least `measurement_request_count` completed
+      requests and lasts at least `min_count_window_s`).
+    - A level is stable when, over the last `stability_window` (3) windows, max/min of the
+      throughput and of the latency (the average, or the `percentile` value when given) are
+      each within `1 + stability_percentage / 100`. At most `max_trials` windows are taken.
+    - `latency_threshold_ms` (0 = none) stops the windows of a level, and a sweep, as soon as
+      the latency reaches it.
+    - `warmup_request_count` requests complete (and are discarded) before the first window.
+    """
+
+    measurement_mode: str = TIME_WINDOWS
+    measurement_interval_ms: int = 5000
+    measurement_request_count: int = 50
+    stability_percentage: float = 10.0
+    max_trials: int = 10
+    percentile: int | None = None
+    warmup_request_count: int = 0
+    latency_threshold_ms: float = 0.0
+    stability_window: int = 3
+    min_count_window_s: float = 1.0
+    overhead_warning_pct: float = 50.0
+    # perf_analyzer in --async mode accepts a level whose throughput is stable but whose
+    # latency keeps moving, with a warning; off by default (the tuner wants both stable).
+    relax_latency_stability: bool = False
+    keep_records: bool = False  # keep every request record (for --profile-export-file)
+
+    def __post_init__(self) -> None:
+        if self.measurement_mode not in (TIME_WINDOWS, COUNT_WINDOWS):
+            raise ValueError(
+                f"measurement mode must be {TIME_WINDOWS} or {COUNT_WINDOWS}, "
+                f"not {self.measurement_mode!r}"
+            )
+        if self.measurement_interval_ms <= 0:
+            raise ValueError("the measurement interval must be a positive number of ms")
+        if self.measurement_request_count <= 0:
+            raise ValueError("the measurement request count must be positive")
+        if self.stability_percentage <= 0:
+            raise ValueError("the stability percentage must be positive")
+        if self.max_trials < 1:
+            raise ValueError("max trials must be at least 1")
+        if self.stability_window < 1:
+            raise ValueError("the stability window must be at least 1")
+        if self.percentile is not None and not 1 <= self.percentile <= 99:
+            raise ValueError(f"the percentile must be within 1..99, not {self.percentile}")
+        if self.warmup_request_count < 0:
+            raise ValueError("the warmup request count cannot be negative")
+        if self.latency_threshold_ms < 0:
+            raise ValueError("the latency threshold cannot be negative")
+
+    @property
+    def latency_threshold_us(self) -> float:
+        return self.latency_threshold_ms * 1000.0
