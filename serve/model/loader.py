@@ -13,11 +13,11 @@ from serve.backends.base import Backend, InstanceContext, ModelInstance
 from serve.backends.registry import backend_name, get_backend
 from serve.errors import ServeError
 from serve.model.model_version import ModelVersion
-from serve.model.stats import ModelStatistics
 from serve.model.warmup import run_warmup
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
+from serve.scheduler.statistics import ModelStatistics
 
 log = logging.getLogger("serve.loader")
 

@@ -10,10 +10,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.backends.base import RequestResult
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
-from serve.model.stats import ModelStatistics
 from serve.model.tensors import TensorChecker
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
+from serve.scheduler.statistics import ModelStatistics
 
 ResponseCallback = Callable[[InferResponse | ServeError], None]
 

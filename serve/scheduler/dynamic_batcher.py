@@ -22,9 +22,9 @@ from serve.backends.base import BatchTimes, RequestResult
 from serve.backends.batching import batch_rows
 from serve.errors import ServeError
 from serve.inference import InferRequest
-from serve.model.stats import ModelStatistics
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
+from serve.scheduler.statistics import ModelStatistics
 
 log = logging.getLogger("serve.scheduler")
 
@@ -223,18 +223,18 @@ class DynamicBatcher:
             times.compute_infer_ns,
             times.compute_output_ns,
         )
+        succeeded = 0
+        success_ns = queue_ns = 0
         for pending, result in zip(batch, results, strict=True):
-            total_ns = now - pending.enqueue_ns
             if isinstance(result, ServeError):
-                self._stats.record_failure(total_ns)
+                self._stats.record_failure(now - pending.enqueue_ns)
             else:
-                self._stats.record_success(
-                    total_ns,
-                    pending.dispatch_ns - pending.enqueue_ns,
-                    times.compute_input_ns,
-                    times.compute_infer_ns,
-                    times.compute_output_ns,
-                )
+                succeeded += 1
+                success_ns += now - pending.enqueue_ns
+                queue_ns += pending.dispatch_ns - pending.enqueue_ns
+        if succeeded:
+            self._stats.record_successes(succeeded, success_ns, queue_ns, times)
+        for pending, result in zip(batch, results, strict=True):
             self._deliver(pending, result)
         self._note_idle()
 

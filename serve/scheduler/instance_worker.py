@@ -1,9 +1,17 @@
-"""Runs one model instance's batches on a thread of its own, one batch at a time."""
+"""Runs one model instance's batches, one batch at a time: on a thread of its own, or inline on
+the event loop when the model is so quick that handing over to a thread costs more.
+
+Handing a batch to a thread and its results back costs two thread wake-ups and GIL hand-overs
+(measured here: about a third of the throughput of a model that computes in ~50 us). A batch
+that recently took less than `INLINE_BELOW_NS` therefore runs on the loop's thread; anything
+slower, and every batch before the first measurement, runs on the instance's own thread.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,6 +20,9 @@ from serve.errors import ServeError
 from serve.inference import InferRequest
 
 BatchDone = Callable[["InstanceWorker", list[RequestResult], BatchTimes], None]
+
+INLINE_BELOW_NS = 100_000
+_SMOOTHING = 0.2  # weight of the newest batch in the moving average of batch durations
 
 
 class InstanceWorker:
@@ -23,20 +34,31 @@ class InstanceWorker:
         self._loop = loop
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
         self._busy = threading.Event()
+        self._recent_ns: float | None = None  # moving average of batch durations
 
     @property
     def busy(self) -> bool:
         return self._busy.is_set()
 
     def run(self, requests: Sequence[InferRequest], on_done: BatchDone) -> None:
-        """Start executing `requests`; `on_done` is called on the event loop's thread."""
+        """Start executing `requests`; `on_done` is called later on the event loop's thread."""
         if self._busy.is_set():
             raise RuntimeError(f"instance {self.name} is already executing a batch")
         self._busy.set()
-        self._executor.submit(self._execute, requests, on_done)
+        recent = self._recent_ns
+        if recent is not None and recent < INLINE_BELOW_NS:
+            results, times = self._execute(requests)
+            self._loop.call_soon(on_done, self, results, times)
+        else:
+            self._executor.submit(self._execute_on_thread, requests, on_done)
 
-    def _execute(self, requests: Sequence[InferRequest], on_done: BatchDone) -> None:
+    def _execute_on_thread(self, requests: Sequence[InferRequest], on_done: BatchDone) -> None:
+        results, times = self._execute(requests)
+        self._loop.call_soon_threadsafe(on_done, self, results, times)
+
+    def _execute(self, requests: Sequence[InferRequest]) -> tuple[list[RequestResult], BatchTimes]:
         times = BatchTimes()
+        start = time.perf_counter_ns()
         try:
             results = self.instance.execute(requests, times)
             if len(results) != len(requests):
@@ -47,11 +69,13 @@ class InstanceWorker:
         except ServeError as exc:
             results = [exc] * len(requests)
         except Exception as exc:  # a backend bug must fail its batch, not the server
-            results = [ServeError.internal(f"{self.name}: {type(exc).__name__}: {exc}")] * len(
-                requests
-            )
+            error = ServeError.internal(f"{self.name}: {type(exc).__name__}: {exc}")
+            results = [error] * len(requests)
+        elapsed = time.perf_counter_ns() - start
+        recent = self._recent_ns
+        self._recent_ns = elapsed if recent is None else recent + _SMOOTHING * (elapsed - recent)
         self._busy.clear()
-        self._loop.call_soon_threadsafe(on_done, self, results, times)
+        return results, times
 
     def run_blocking(self, requests: Sequence[InferRequest]) -> list[RequestResult]:
         """Execute on the instance's thread and wait (used for warmup, before serving)."""

@@ -26,10 +26,10 @@ from serve.backends.base import BatchTimes, InstanceContext, ModelInstance, Requ
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
 from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest
-from serve.model.stats import ModelStatistics
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
+from serve.scheduler.statistics import ModelStatistics
 
 WAIT_S = 5.0  # upper bound of every wait; a test that needs it has already failed
 TEST_S = 20.0  # upper bound of one test body (pytest-timeout is the last resort)

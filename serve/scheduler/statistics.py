@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from serve.backends.base import BatchTimes
+
 
 @dataclass(slots=True)
 class Duration:
@@ -70,14 +72,14 @@ class ModelStatistics:
         stats.compute_infer.add(infer_ns)
         stats.compute_output.add(output_ns)
 
-    def record_success(
-        self, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int
-    ) -> None:
-        self.success.add(total_ns)
-        self.queue.add(queue_ns)
-        self.compute_input.add(input_ns)
-        self.compute_infer.add(infer_ns)
-        self.compute_output.add(output_ns)
+    def record_successes(self, count: int, total_ns: int, queue_ns: int, times: BatchTimes) -> None:
+        """`count` requests of one batch succeeded; durations are their sums, except `times`,
+        the batch's compute durations, which every request of the batch spent."""
+        self.success.add(total_ns, count)
+        self.queue.add(queue_ns, count)
+        self.compute_input.add(times.compute_input_ns * count, count)
+        self.compute_infer.add(times.compute_infer_ns * count, count)
+        self.compute_output.add(times.compute_output_ns * count, count)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_failure(self, total_ns: int) -> None:
