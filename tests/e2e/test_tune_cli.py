@@ -1,0 +1,152 @@
+"""`autotune --latency-p95 ...` end to end: search, write-back, serving what was written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from analyzer.api import measure
+from analyzer.load.base import LoadLevel
+from analyzer.load.options import LoadOptions
+from analyzer.profiler.settings import MeasureSettings
+from serve.config.model_config import read_config_file
+from tests.e2e.conftest import SLOW_DIGITS_CONFIG, autotune
+from tests.support.server_process import start_server, stop_server
+
+FAST = ("--measurement-interval", "300", "--seed", "1")
+
+
+def test_tuning_digits_writes_a_config_that_serves_within_budget(
+    tmp_path: Path, repository_with: Callable[..., Path]
+) -> None:
+    repository = repository_with("digits", configs={"digits": SLOW_DIGITS_CONFIG})
+    original = (repository / "digits" / "config.pbtxt").read_text()
+    result = autotune(
+        tmp_path,
+        "--latency-p95",
+        "20ms",
+        "-m",
+        "digits",
+        "--model-repository",
+        str(repository),
+        "--trials",
+        "3",
+        "--precision",
+        "fp32",
+        *FAST,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    config_path = repository / "digits" / "config.pbtxt"
+    tuned = read_config_file(config_path)  # parses
+    before = read_config_file(repository / "digits" / "config.pbtxt.bak")
+    assert (repository / "digits" / "config.pbtxt.bak").read_text() == original
+    assert (
+        tuned.dynamic_batching.max_queue_delay_microseconds
+        != before.dynamic_batching.max_queue_delay_microseconds
+        or tuned.HasField("dynamic_batching") != before.HasField("dynamic_batching")
+    )
+    summary = json.loads((tmp_path / "reports" / "digits" / "summary.json").read_text())
+    assert summary["best"]["feasible"] is True
+    assert summary["changes"], "the report lists the changed fields"
+    assert (tmp_path / "reports" / "digits" / "trials.csv").read_text().startswith("number,")
+    concurrency = int(summary["best"]["outcome"]["metrics"]["concurrency"])
+
+    server = start_server(repository, tmp_path / "server.log")
+    try:
+        client = httpclient.InferenceServerClient(server.url)
+        served = client.get_model_config("digits")
+        assert served["dynamic_batching"].get("max_queue_delay_microseconds", 0) == (
+            tuned.dynamic_batching.max_queue_delay_microseconds
+        )
+        image = httpclient.InferInput("input", [1, 1, 8, 8], "FP32")
+        image.set_data_from_numpy(np.zeros((1, 1, 8, 8), dtype=np.float32))
+        assert client.infer("digits", [image]).as_numpy("logits").shape == (1, 10)
+        again = measure(
+            LoadOptions(url=server.url, model="digits"),
+            LoadLevel(concurrency=concurrency),
+            MeasureSettings(measurement_interval_ms=1000, stability_percentage=30, max_trials=15),
+        )
+        assert again.latency_p95_us <= 20_000, again
+    finally:
+        stop_server(server)
+
+
+def test_dry_run_writes_nothing(tmp_path: Path, repository_with: Callable[..., Path]) -> None:
+    repository = repository_with("digits", configs={"digits": SLOW_DIGITS_CONFIG})
+    before = {p: p.read_bytes() for p in (repository / "digits").rglob("*") if p.is_file()}
+    result = autotune(
+        tmp_path,
+        "--latency-p95",
+        "20ms",
+        "--model-repository",
+        str(repository),
+        "--trials",
+        "2",
+        "--dry-run",
+        *FAST,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    after = {p: p.read_bytes() for p in (repository / "digits").rglob("*") if p.is_file()}
+    assert after == before
+    assert (tmp_path / "reports" / "digits" / "summary.json").exists()
+
+
+def test_output_repository_receives_the_copy(
+    tmp_path: Path, repository_with: Callable[..., Path]
+) -> None:
+    repository = repository_with("digits", configs={"digits": SLOW_DIGITS_CONFIG})
+    output = tmp_path / "tuned"
+    result = autotune(
+        tmp_path,
+        "--latency-p95",
+        "20ms",
+        "--model-repository",
+        str(repository),
+        "--trials",
+        "2",
+        "--precision",
+        "fp32",
+        "--output-repository",
+        str(output),
+        *FAST,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (repository / "digits" / "config.pbtxt").read_text() == SLOW_DIGITS_CONFIG
+    assert read_config_file(output / "digits" / "config.pbtxt").name == "digits"
+    assert (output / "digits" / "1" / "model.onnx").exists()
+
+
+def test_unreachable_budget_fails_clearly(
+    tmp_path: Path, repository_with: Callable[..., Path]
+) -> None:
+    repository = repository_with("digits")
+    original = (repository / "digits" / "config.pbtxt").read_text()
+    result = autotune(
+        tmp_path,
+        "--latency-p95",
+        "1us",
+        "--model-repository",
+        str(repository),
+        "--trials",
+        "2",
+        "--precision",
+        "fp32",
+        *FAST,
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "no configuration of 'digits' meets p95 <= 1 us" in output
+    assert "lowest latency reached" in output
+    assert (repository / "digits" / "config.pbtxt").read_text() == original
+    assert not (repository / "digits" / "config.pbtxt.bak").exists()
+
+
+def test_malformed_budget_is_a_usage_error(tmp_path: Path) -> None:
+    result = autotune(tmp_path, "--latency-p95", "10 parsecs")
+    assert result.returncode == 2
+    assert "10 parsecs" in result.stderr
+    assert "Traceback" not in result.stderr

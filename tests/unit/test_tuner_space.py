@@ -1,0 +1,314 @@
+"""Tuner search space: budget parsing, candidates applied to configs, valid spaces only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.config.model_config import parse_config_text, read_config_file
+from serve.config.validate import validate_config
+from tuner.budget import LatencyBudget, parse_duration_us
+from tuner.candidate import Candidate, apply, config_precision, diff, format_diff, variant_filename
+from tuner.space import Platform, SpaceOptions, build_space, grid
+
+REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
+ALL_PRECISIONS = ("fp32", "fp16", "int8", "trt_fp16", "trt_int8")
+
+
+def _config(model: str) -> mc.ModelConfig:
+    return read_config_file(REPOSITORY / model / "config.pbtxt")
+
+
+# -- budget -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "micros"),
+    [
+        ("500us", 500.0),
+        ("500µs", 500.0),
+        ("10ms", 10_000.0),
+        ("10 ms", 10_000.0),
+        ("1.5s", 1_500_000.0),
+        ("0.25ms", 250.0),
+        (" 2MS ", 2_000.0),
+    ],
+)
+def test_durations_parse_in_microseconds(text: str, micros: float) -> None:
+    assert parse_duration_us(text) == pytest.approx(micros)
+
+
+@pytest.mark.parametrize("text", ["10 parsecs", "ms", "-3ms", "0ms", "10", "", "1e3us", "nanms"])
+def test_bad_durations_name_the_value_and_the_units(text: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_duration_us(text)
+    assert f"'{text}'" in str(caught.value)
+    assert "us" in str(caught.value) and "ms" in str(caught.value)
+
+
+def test_budget_describes_itself_and_checks_the_percentile() -> None:
+    assert LatencyBudget.parse(95, "10ms").describe() == "p95 <= 10 ms"
+    assert LatencyBudget(99, 1500).describe() == "p99 <= 1.5 ms"
+    assert LatencyBudget(90, 250).describe() == "p90 <= 250 us"
+    with pytest.raises(ValueError, match="percentile"):
+        LatencyBudget(50, 1000)
+
+
+# -- candidates ---------------------------------------------------------------------------------
+
+
+def test_candidate_is_a_hashable_mapping_with_a_stable_key() -> None:
+    values = {
+        "precision": "int8",
+        "max_batch_size": 16,
+        "dynamic_batching": True,
+        "max_queue_delay_microseconds": 500,
+        "instance_count": 2,
+        "intra_op_thread_count": 1,
+        "preferred_batch_size": None,
+    }
+    candidate = Candidate(values)
+    assert candidate.key == "mbs=16,db=on,pbs=none,delay=500,inst=2,thr=1,prec=int8"
+    assert candidate == Candidate(reversed(list(values.items())))
+    assert len({candidate, Candidate.from_json(candidate.to_json())}) == 1
+    assert dict(candidate) == values
+    with pytest.raises(ValueError, match="colour"):
+        Candidate({"colour": "red"})
+
+
+def test_apply_and_diff_read_as_a_report_would() -> None:
+    base = _config("digits")
+    candidate = Candidate(
+        {
+            "dynamic_batching": True,
+            "max_batch_size": 16,
+            "max_queue_delay_microseconds": 500,
+            "preferred_batch_size": 8,
+            "instance_count": 2,
+            "instance_kind": "KIND_CPU",
+            "intra_op_thread_count": 1,
+            "precision": "int8",
+        }
+    )
+    tuned = apply(candidate, base)
+    assert base.max_batch_size == 64  # the base is not touched
+    validate_config(tuned, "tuned", "digits")
+    assert tuned.default_model_filename == "model.int8.onnx"
+    assert format_diff(diff(base, tuned)) == [
+        "max_batch_size: 64 -> 16",
+        "instance_group[0].count: 1 -> 2",
+        "default_model_filename: (unset) -> model.int8.onnx",
+        "dynamic_batching.preferred_batch_size: [] -> [8]",
+        "dynamic_batching.max_queue_delay_microseconds: 0 -> 500",
+        "precision: fp32 -> int8",
+    ]
+    assert diff(base, apply(Candidate(), base)) == []
+
+
+def test_unset_thread_count_and_batching_off_in_the_diff() -> None:
+    base = _config("simple")
+    tuned = apply(Candidate({"dynamic_batching": False, "intra_op_thread_count": 1}), base)
+    assert not tuned.HasField("dynamic_batching")
+    assert tuned.max_batch_size == base.max_batch_size
+    assert format_diff(diff(base, tuned)) == [
+        "dynamic_batching: on -> off",
+        "parameters.intra_op_thread_count: (unset) -> 1",
+    ]
+
+
+def test_tensorrt_precision_is_an_accelerator_block() -> None:
+    base = _config("simple")
+    candidate = Candidate(
+        {"instance_count": 1, "instance_kind": "KIND_GPU", "precision": "trt_int8"}
+    )
+    assert candidate.key == "inst=1,kind=gpu,prec=trt_int8"
+    tuned = apply(candidate, base)
+    accelerator = tuned.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert (accelerator.name, dict(accelerator.parameters)) == (
+        "tensorrt",
+        {"precision_mode": "INT8"},
+    )
+    assert tuned.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    assert config_precision(tuned) == "trt_int8"
+    back = apply(Candidate({"precision": "fp32"}), tuned)
+    assert not back.optimization.execution_accelerators.gpu_execution_accelerator
+    assert config_precision(back) == "fp32"
+
+
+def test_variant_file_names() -> None:
+    assert variant_filename("model.onnx", "int8") == "model.int8.onnx"
+    assert variant_filename("model.int8.onnx", "fp16") == "model.fp16.onnx"
+    assert variant_filename("model.int8.onnx", "fp32") == "model.onnx"
+    assert variant_filename("model.onnx", "trt_fp16") == "model.onnx"
+
+
+def test_warmup_batch_sizes_follow_a_smaller_max_batch_size() -> None:
+    base = _config("digits")
+    warmup = base.model_warmup.add(name="w", batch_size=64, count=1)
+    warmup.inputs["input"].data_type = mc.TYPE_FP32
+    warmup.inputs["input"].dims.extend([1, 8, 8])
+    warmup.inputs["input"].zero_data = True
+    candidate = Candidate({"dynamic_batching": True, "max_batch_size": 8})
+    tuned = apply(candidate, base)
+    assert tuned.model_warmup[0].batch_size == 8
+    validate_config(tuned, "tuned", "digits")
+
+
+# -- spaces -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["digits", "resnet18", "simple", "add_sub_py"])
+@pytest.mark.parametrize("cores", [1, 2, 6])
+def test_every_grid_candidate_is_a_valid_config(model: str, cores: int) -> None:
+    base = _config(model)
+    space = build_space(base, Platform(cpu_count=cores), SpaceOptions(precisions=ALL_PRECISIONS))
+    candidates = grid(space)
+    assert len(candidates) == len(set(candidates)) == space.size
+    assert candidates[0] == space.default_candidate()
+    for candidate in candidates:
+        config = apply(candidate, base)
+        validate_config(config, f"{model}: {candidate.key}", model)
+        assert config.max_batch_size > 0  # never crosses to 0
+        group = config.instance_group[0]
+        assert group.kind == mc.ModelInstanceGroup.KIND_CPU
+        if "intra_op_thread_count" in candidate:
+            threads = int(config.parameters["intra_op_thread_count"].string_value)
+            assert threads * group.count <= cores
+        if candidate["dynamic_batching"]:
+            preferred = list(config.dynamic_batching.preferred_batch_size)
+            assert all(size <= config.max_batch_size for size in preferred)
+            if config.dynamic_batching.max_queue_delay_microseconds == 0:
+                assert preferred == []
+        else:
+            assert set(candidate) == {"dynamic_batching", "instance_count", "instance_kind"} | (
+                {"intra_op_thread_count", "precision"} & set(candidate)
+            )
+            assert config.max_batch_size == base.max_batch_size
+        assert candidate.get("precision") in (None, "fp32", "fp16", "int8")  # no TensorRT here
+        assert space.params_for(candidate)  # every grid point can be enqueued
+
+
+def test_digits_space_on_two_cores() -> None:
+    options = SpaceOptions(precisions=("fp32", "fp16", "int8"), latency_limit_us=10_000)
+    space = build_space(_config("digits"), Platform(cpu_count=2), options)
+    assert space.instance_counts == (1, 2)
+    assert space.thread_choices == {1: (1, 2), 2: (1,)}
+    assert space.precisions == ("fp32", "fp16", "int8")
+    assert space.batching is not None
+    assert space.batching.max_batch_sizes == (2, 4, 8, 16, 32, 64)
+    assert space.batching.delays_us == (0, 100, 500, 1000, 2000, 5000)
+    assert space.batching.preferred(64) == (None, 16, 32)
+    # per (instances, threads, precision): batching off + mbs 2: 6, 4: 11, 8..64: 4 x 16
+    assert space.size == 3 * 3 * (1 + 6 + 11 + 4 * 16) == 738
+    assert space.default_candidate().key == "mbs=64,db=on,pbs=none,delay=0,inst=1,thr=1,prec=fp32"
+
+
+def test_space_options_shrink_the_grid() -> None:
+    options = SpaceOptions(precisions=("fp32",), latency_limit_us=800, tune_preferred=False)
+    space = build_space(_config("digits"), Platform(cpu_count=2), options)
+    assert space.batching is not None and space.batching.delays_us == (0, 100, 500)
+    assert space.size == 3 * (1 + 6 * 3)
+
+
+def test_priors_start_from_the_model_config_and_plain_batching() -> None:
+    options = SpaceOptions(precisions=("fp32", "int8"))
+    space = build_space(_config("resnet18"), Platform(cpu_count=2), options)
+    assert [c.key for c in space.prior_candidates()] == [
+        "mbs=16,db=on,pbs=none,delay=2000,inst=1,thr=2,prec=fp32",
+        "mbs=16,db=on,pbs=none,delay=0,inst=1,thr=2,prec=fp32",
+        "mbs=16,db=on,pbs=none,delay=0,inst=1,thr=2,prec=int8",
+    ]
+    assert all(c in space for c in space.prior_candidates())
+
+
+def test_model_values_outside_the_space_are_snapped() -> None:
+    base = parse_config_text(
+        """
+        name: "m" platform: "onnxruntime_onnx" max_batch_size: 48
+        input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]
+        output [{ name: "y" data_type: TYPE_FP32 dims: [4] }]
+        dynamic_batching { preferred_batch_size: [8, 24] max_queue_delay_microseconds: 50000 }
+        instance_group [{ count: 8 kind: KIND_CPU }]
+        parameters { key: "intra_op_thread_count" value { string_value: "4" } }
+        """,
+        "m",
+    )
+    space = build_space(base, Platform(cpu_count=4), SpaceOptions(latency_limit_us=10_000))
+    assert space.batching is not None and 48 in space.batching.max_batch_sizes
+    assert 24 in space.batching.preferred(48)
+    default = space.default_candidate()
+    assert default.key == "mbs=48,db=on,pbs=24,delay=5000,inst=4,thr=1,prec=fp32"
+    validate_config(apply(default, base), "m", "m")
+
+
+def test_model_without_batching_gets_no_batching_parameters() -> None:
+    base = parse_config_text(
+        """
+        name: "m" backend: "onnxruntime" max_batch_size: 0
+        input [{ name: "x" data_type: TYPE_FP32 dims: [-1, 4] }]
+        output [{ name: "y" data_type: TYPE_FP32 dims: [-1, 4] }]
+        """,
+        "m",
+    )
+    space = build_space(base, Platform(cpu_count=2))
+    assert space.batching is None
+    for candidate in grid(space):
+        assert "dynamic_batching" not in candidate and "max_batch_size" not in candidate
+        config = apply(candidate, base)
+        assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
+        validate_config(config, "m", "m")
+    # no instance_group and no thread count in the config: Triton's defaults (2 ORT instances,
+    # every core) are what the model runs with
+    assert space.default_candidate().key == "inst=2,thr=1,prec=fp32"
+
+
+def test_non_onnx_models_have_no_thread_or_precision_parameters() -> None:
+    space = build_space(_config("add_sub_py"), Platform(cpu_count=4), SpaceOptions(ALL_PRECISIONS))
+    assert space.thread_choices is None and space.precisions is None
+    assert all("intra_op_thread_count" not in c and "precision" not in c for c in grid(space))
+
+
+def test_tensorrt_precisions_only_where_tensorrt_runs() -> None:
+    base = _config("simple")
+    cpu = build_space(base, Platform(cpu_count=2), SpaceOptions(ALL_PRECISIONS))
+    assert cpu.precisions == ("fp32", "fp16", "int8")
+    gpu = build_space(
+        base, Platform(cpu_count=2, gpu=True, tensorrt=True), SpaceOptions(ALL_PRECISIONS)
+    )
+    assert gpu.precisions == ALL_PRECISIONS
+    assert gpu.instance_kind == "KIND_GPU" and gpu.thread_choices is None
+    for candidate in grid(gpu):
+        validate_config(apply(candidate, base), "simple", "simple")
+    with pytest.raises(ValueError, match="bf12"):
+        build_space(base, Platform(cpu_count=2), SpaceOptions(("bf12",)))
+    with pytest.raises(ValueError, match="runs on this platform"):
+        build_space(base, Platform(cpu_count=2), SpaceOptions(("trt_fp16",)))
+
+
+def test_ensembles_are_refused() -> None:
+    base = mc.ModelConfig(name="e", platform="ensemble", max_batch_size=4)
+    with pytest.raises(ValueError, match="ensembles are not tuned"):
+        build_space(base, Platform(cpu_count=2))
+
+
+def test_optuna_only_ever_proposes_grid_points() -> None:
+    space = build_space(_config("digits"), Platform(cpu_count=4), SpaceOptions(("fp32", "int8")))
+    points = set(grid(space))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen = set()
+    for _ in range(300):
+        trial = study.ask()
+        candidate = space.suggest(trial)
+        assert candidate in points
+        assert space.params_for(candidate) == trial.params
+        seen.add(candidate)
+        study.tell(trial, 1.0)
+    assert len(seen) > 150  # the conditional branches are all reached
+
+
+def test_platform_detects_cores() -> None:
+    assert Platform.detect().cpu_count >= 1
+    assert Platform.detect(cpu_count=3, tensorrt=True) == Platform(3, gpu=False, tensorrt=False)

@@ -1,0 +1,295 @@
+"""A candidate configuration: a few tuned values applied on top of the model's own config.
+
+A `Candidate` holds only the tuned parameters (names below); everything else comes from the
+base config. Precision variants are separate model files named `<stem>.<precision><ext>`
+beside the original (`model.int8.onnx`), selected through `default_model_filename`; the
+TensorRT precisions are an execution-accelerator block instead (no new file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from google.protobuf import descriptor
+from google.protobuf.message import Message
+from tritonclient.grpc import model_config_pb2 as mc
+
+ParamValue = int | bool | str | None
+
+MAX_BATCH_SIZE = "max_batch_size"
+DYNAMIC_BATCHING = "dynamic_batching"
+PREFERRED_BATCH_SIZE = "preferred_batch_size"
+MAX_QUEUE_DELAY = "max_queue_delay_microseconds"
+INSTANCE_COUNT = "instance_count"
+INSTANCE_KIND = "instance_kind"
+THREAD_COUNT = "intra_op_thread_count"
+PRECISION = "precision"
+
+# Parameter name -> short name in `Candidate.key`, in key order.
+_SHORT = {
+    MAX_BATCH_SIZE: "mbs",
+    DYNAMIC_BATCHING: "db",
+    PREFERRED_BATCH_SIZE: "pbs",
+    MAX_QUEUE_DELAY: "delay",
+    INSTANCE_COUNT: "inst",
+    INSTANCE_KIND: "kind",
+    THREAD_COUNT: "thr",
+    PRECISION: "prec",
+}
+_ORDER = {name: i for i, name in enumerate(_SHORT)}
+
+FILE_PRECISIONS = ("fp16", "int8")  # precisions that are a model file of their own
+TRT_PRECISIONS = {"trt_fp16": "FP16", "trt_int8": "INT8"}
+PRECISIONS = ("fp32", *FILE_PRECISIONS, *TRT_PRECISIONS)
+KINDS = {"KIND_CPU": mc.ModelInstanceGroup.KIND_CPU, "KIND_GPU": mc.ModelInstanceGroup.KIND_GPU}
+
+
+class Candidate(Mapping[str, ParamValue]):
+    """An immutable, hashable mapping of tuned parameter name -> value.
+
+    Equal candidates have equal `key`s, e.g. "mbs=16,db=on,pbs=none,delay=500,inst=2,thr=1,
+    prec=int8"; the key identifies a configuration within a study.
+    """
+
+    __slots__ = ("_items", "_key")
+
+    def __init__(self, values: Mapping[str, ParamValue] | Iterable[tuple[str, ParamValue]] = ()):
+        items = dict(values)
+        unknown = sorted(set(items) - set(_SHORT))
+        if unknown:
+            raise ValueError(f"unknown tuning parameter(s): {', '.join(unknown)}")
+        self._items = tuple(sorted(items.items(), key=lambda item: _ORDER[item[0]]))
+        self._key = ",".join(
+            f"{_SHORT[name]}={_short_value(name, value)}"
+            for name, value in self._items
+            if not (name == INSTANCE_KIND and value == "KIND_CPU")  # the usual case: kept short
+        )
+
+    def __getitem__(self, name: str) -> ParamValue:
+        for key, value in self._items:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Candidate):
+            return self._items == other._items
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.key})"
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    def replace(self, **changes: ParamValue) -> Candidate:
+        return Candidate({**dict(self._items), **changes})
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self._items)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Candidate:
+        return cls(data)
+
+
+def _short_value(name: str, value: ParamValue) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "none"
+    if name == INSTANCE_KIND and isinstance(value, str):
+        return value.removeprefix("KIND_").lower()
+    return str(value)
+
+
+def variant_filename(filename: str, precision: str) -> str:
+    """The model file a precision uses: 'model.onnx' + 'int8' -> 'model.int8.onnx'.
+
+    An existing precision tag is replaced, so a config already pointing at a variant maps
+    back to the original name for fp32 and the TensorRT precisions."""
+    stem, dot, ext = filename.rpartition(".")
+    if not dot:
+        stem, ext = filename, ""
+    for tag in FILE_PRECISIONS:
+        stem = stem.removesuffix(f".{tag}")
+    if precision in FILE_PRECISIONS:
+        stem = f"{stem}.{precision}"
+    return f"{stem}.{ext}" if ext else stem
+
+
+def apply(candidate: Candidate, base: mc.ModelConfig) -> mc.ModelConfig:
+    """A new config: `base` with the candidate's values; parameters it lacks stay as in base.
+
+    Batching off removes `dynamic_batching` and keeps base's max_batch_size; batching on sets
+    max_batch_size, one preferred size (or none) and the queue delay, keeping base's other
+    batcher fields. Instances become one group of `count` x `kind`. Warmup batch sizes are
+    clamped to the new max_batch_size so the result stays valid.
+    """
+    config = mc.ModelConfig()
+    config.CopyFrom(base)
+    if DYNAMIC_BATCHING in candidate:
+        _apply_batching(config, candidate)
+    if INSTANCE_COUNT in candidate:
+        kind = candidate.get(INSTANCE_KIND, "KIND_CPU")
+        _apply_instances(config, _int(candidate[INSTANCE_COUNT]), str(kind))
+    if THREAD_COUNT in candidate:
+        config.parameters[THREAD_COUNT].string_value = str(_int(candidate[THREAD_COUNT]))
+    if PRECISION in candidate:
+        _apply_precision(config, str(candidate[PRECISION]))
+    return config
+
+
+def _int(value: ParamValue) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _apply_batching(config: mc.ModelConfig, candidate: Candidate) -> None:
+    if not candidate[DYNAMIC_BATCHING]:
+        config.ClearField("dynamic_batching")
+        return
+    max_batch = _int(candidate[MAX_BATCH_SIZE])
+    config.max_batch_size = max_batch
+    batching = config.dynamic_batching
+    batching.SetInParent()
+    del batching.preferred_batch_size[:]
+    preferred = candidate.get(PREFERRED_BATCH_SIZE)
+    if preferred is not None:
+        batching.preferred_batch_size.append(_int(preferred))
+    batching.max_queue_delay_microseconds = _int(candidate.get(MAX_QUEUE_DELAY, 0))
+    for warmup in config.model_warmup:
+        warmup.batch_size = min(warmup.batch_size, max_batch)
+
+
+def _apply_instances(config: mc.ModelConfig, count: int, kind: str) -> None:
+    group = mc.ModelInstanceGroup()
+    if config.instance_group:
+        group.CopyFrom(config.instance_group[0])
+    group.count = count
+    group.kind = KINDS[kind]
+    if kind == "KIND_CPU":
+        del group.gpus[:]
+    del config.instance_group[:]
+    config.instance_group.append(group)
+
+
+def _apply_precision(config: mc.ModelConfig, precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    kept = [accel for accel in accelerators if accel.name != "tensorrt"]
+    if len(kept) != len(accelerators):
+        copies = [mc.ModelOptimizationPolicy.ExecutionAccelerators.Accelerator() for _ in kept]
+        for copy, accel in zip(copies, kept, strict=True):
+            copy.CopyFrom(accel)
+        del accelerators[:]
+        accelerators.extend(copies)
+    if precision in TRT_PRECISIONS:
+        accel = accelerators.add(name="tensorrt")
+        accel.parameters["precision_mode"] = TRT_PRECISIONS[precision]
+    current = config.default_model_filename or "model.onnx"
+    filename = variant_filename(current, precision)
+    if filename != current:
+        config.default_model_filename = filename
+
+
+def config_precision(config: mc.ModelConfig) -> str:
+    """The precision a config serves: a TensorRT precision_mode, else the model file's tag."""
+    for accel in config.optimization.execution_accelerators.gpu_execution_accelerator:
+        if accel.name == "tensorrt":
+            mode = accel.parameters.get("precision_mode", "FP32").upper()
+            for precision, trt_mode in TRT_PRECISIONS.items():
+                if mode == trt_mode:
+                    return precision
+    stem = config.default_model_filename.rpartition(".")[0]
+    for tag in FILE_PRECISIONS:
+        if stem.endswith(f".{tag}"):
+            return tag
+    return "fp32"
+
+
+_UNSET = "(unset)"
+_NONE = "(none)"
+
+
+def diff(base: mc.ModelConfig, tuned: mc.ModelConfig) -> list[tuple[str, str, str]]:
+    """Changed fields as (field, old, new), human-readable, e.g.
+    ("instance_group[0].count", "1", "2"), ("parameters.intra_op_thread_count", "(unset)", "1"),
+    ("precision", "fp32", "int8")."""
+    old, new = _flat_config(base), _flat_config(tuned)
+    changes = []
+    for path in [*new, *(path for path in old if path not in new)]:
+        old_value, old_absent = old.get(path, (None, ""))
+        new_value, new_absent = new.get(path, (None, ""))
+        before = old_value if old_value is not None else new_absent
+        after = new_value if new_value is not None else old_absent
+        if before != after:
+            changes.append((path, before, after))
+    return changes
+
+
+def format_diff(changes: Iterable[tuple[str, str, str]]) -> list[str]:
+    """["max_batch_size: 64 -> 16", ...]."""
+    return [f"{field}: {old} -> {new}" for field, old, new in changes]
+
+
+def _flat_config(config: mc.ModelConfig) -> dict[str, tuple[str, str]]:
+    """Field path -> (value, how the value reads where the field is absent)."""
+    flat = {"dynamic_batching": ("on" if config.HasField("dynamic_batching") else "off", "off")}
+    _flatten(config, "", None, flat)
+    flat["precision"] = (config_precision(config), "fp32")
+    return flat
+
+
+def _flatten(
+    message: Message, prefix: str, absent: str | None, out: dict[str, tuple[str, str]]
+) -> None:
+    # `absent` overrides the proto default inside list items and map values, where a missing
+    # field means the whole item is missing.
+    for field, value in message.ListFields():
+        path = f"{prefix}{field.name}"
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            for key in sorted(value):
+                item = value[key]
+                if isinstance(item, mc.ModelParameter):
+                    out[f"{path}.{key}"] = (item.string_value, _UNSET)
+                elif isinstance(item, Message):
+                    _flatten(item, f"{path}.{key}.", _UNSET, out)
+                else:
+                    out[f"{path}.{key}"] = (_render(value_field, item), _UNSET)
+        elif field.message_type is not None:
+            if field.is_repeated:
+                for i, item in enumerate(value):
+                    _flatten(item, f"{path}[{i}].", _NONE, out)
+            else:
+                _flatten(value, f"{path}.", absent, out)
+        elif field.is_repeated:
+            rendered = "[" + ", ".join(_render(field, item) for item in value) + "]"
+            out[path] = (rendered, absent or "[]")
+        else:
+            out[path] = (_render(field, value), absent or _render(field, field.default_value))
+
+
+def _render(field: descriptor.FieldDescriptor, value: Any) -> str:
+    if field.enum_type is not None:
+        enum_value = field.enum_type.values_by_number.get(value)
+        return enum_value.name if enum_value is not None else str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value == "":
+        return _UNSET
+    return str(value)

@@ -1,0 +1,154 @@
+"""Evaluating one candidate: load it into the tuning server, then find the highest load whose
+latency percentile stays within the budget, and measure throughput there."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.api import find_max_load
+from analyzer.errors import AnalyzerError
+from analyzer.load.options import LoadOptions
+from analyzer.measurement import Measurement
+from analyzer.profiler.settings import MeasureSettings
+from tuner.budget import LatencyBudget
+from tuner.candidate import PRECISION, Candidate, apply
+from tuner.precision import PrecisionVariant
+from tuner.search_types import TrialOutcome
+from tuner.server_control import ServerError, TuningServer
+
+# Short windows: a trial measures several load levels, and the tuner must finish in minutes.
+TRIAL_MEASUREMENT = MeasureSettings(
+    measurement_interval_ms=500,
+    stability_percentage=25.0,
+    max_trials=10,
+    warmup_request_count=20,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationSettings:
+    measure: MeasureSettings = TRIAL_MEASUREMENT
+    max_concurrency: int = 128
+    binary_steps: int = 2
+    input_data: str = "random"
+
+
+class TrialEvaluator:
+    """Callable the search loop uses: Candidate -> TrialOutcome."""
+
+    def __init__(
+        self,
+        base: mc.ModelConfig,
+        server: TuningServer,
+        variants: dict[str, PrecisionVariant],
+        budget: LatencyBudget,
+        settings: EvaluationSettings | None = None,
+    ) -> None:
+        self._base = base
+        self._server = server
+        self._variants = variants
+        self._budget = budget
+        self._settings = settings or EvaluationSettings()
+        self.last_measurement: Measurement | None = None
+
+    def config_for(self, candidate: Candidate) -> mc.ModelConfig:
+        return apply(candidate, self._base)
+
+    def __call__(self, candidate: Candidate) -> TrialOutcome:
+        precision = str(candidate.get(PRECISION, "fp32"))
+        variant = self._variants.get(precision)
+        if variant is None or variant.error is not None:
+            reason = variant.error if variant is not None else "not prepared"
+            return TrialOutcome.failed(f"precision {precision} unavailable: {reason}")
+        if variant.accuracy is not None and not variant.accuracy.passed:
+            # Never served: the accuracy constraint alone makes it infeasible.
+            return TrialOutcome("pruned", accuracy_ok=False, message=variant.verdict)
+        try:
+            self._server.load(self.config_for(candidate))
+        except ServerError as exc:
+            return TrialOutcome.failed(f"the server refused the config: {exc}")
+        return self.measure()
+
+    def measure(self) -> TrialOutcome:
+        """Search the highest load within the budget for the config loaded now."""
+        budget = self._budget
+        options = LoadOptions(
+            url=self._server.url,
+            model=self._server.model_name,
+            input_data=[self._settings.input_data],
+            worker_processes=1,
+        )
+        try:
+            result = find_max_load(
+                options,
+                self._settings.measure,
+                budget.limit_us,
+                percentile=budget.percentile,
+                max_level=self._settings.max_concurrency,
+                max_binary_steps=self._settings.binary_steps,
+            )
+        except AnalyzerError as exc:
+            return TrialOutcome.failed(f"measurement failed: {exc}")
+        measured = [m for m in result.measurements if m.stable]
+        if result.best is None:
+            first = measured[0] if measured else None
+            self.last_measurement = first
+            if first is None:
+                return TrialOutcome.failed(f"no stable measurement: {result.reason}")
+            return TrialOutcome(
+                "pruned",
+                throughput=first.throughput,
+                latency_us=first.percentile_us(budget.percentile),
+                metrics=_metrics(first),
+                message=f"over budget at concurrency 1: {result.reason}",
+            )
+        best = _operating_point(result.measurements, budget, result.best)
+        self.last_measurement = best
+        return TrialOutcome(
+            "ok",
+            throughput=best.throughput,
+            latency_us=best.percentile_us(budget.percentile),
+            metrics=_metrics(best),
+        )
+
+
+# Past saturation more concurrency adds only queueing: of the loads within the budget, the
+# lowest one that reaches this share of the best throughput is where the config is measured,
+# which leaves latency headroom for the noise of the machine that serves it.
+SATURATION_SHARE = 0.95
+
+
+def _operating_point(
+    measurements: list[Measurement], budget: LatencyBudget, best: Measurement
+) -> Measurement:
+    passing = [
+        m
+        for m in measurements
+        if m.stable and m.error_count == 0 and m.percentile_us(budget.percentile) <= budget.limit_us
+    ]
+    if not passing:
+        return best
+    top = max(m.throughput for m in passing)
+    enough = [m for m in passing if m.throughput >= SATURATION_SHARE * top]
+    return min(enough, key=lambda m: (m.concurrency or m.request_rate, -m.throughput))
+
+
+def _metrics(m: Measurement) -> dict[str, float]:
+    values = {
+        "concurrency": float(m.concurrency),
+        "p50_us": m.latency_p50_us,
+        "p90_us": m.latency_p90_us,
+        "p95_us": m.latency_p95_us,
+        "p99_us": m.latency_p99_us,
+        "avg_us": m.latency_avg_us,
+        "server_queue_us": m.server.queue_us,
+        "server_compute_input_us": m.server.compute_input_us,
+        "server_compute_infer_us": m.server.compute_infer_us,
+        "server_compute_output_us": m.server.compute_output_us,
+        "server_overhead_us": m.server.overhead_us,
+        "errors": float(m.error_count),
+    }
+    return {k: v for k, v in values.items() if math.isfinite(v)}

@@ -1,0 +1,10 @@
+"""The precision package's one error type."""
+
+from __future__ import annotations
+
+
+class PrecisionError(Exception):
+    """A variant cannot be built, validation inputs cannot be read, or a request is invalid.
+
+    The message is meant for the user: it names the file, tensor or precision at fault.
+    """

@@ -1,0 +1,245 @@
+"""The tuner's entry point: the precision variants of one model, built, cached and checked."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.onnxruntime import execution_providers
+from tuner.precision.accuracy import (
+    AccuracyCheck,
+    Outputs,
+    check_accuracy,
+    output_specs,
+    run_outputs,
+)
+from tuner.precision.builders import (
+    DYNAMIC_METHOD,
+    FP16_METHOD,
+    STATIC_METHOD,
+    build_fp16,
+    build_int8_dynamic,
+    build_int8_static,
+)
+from tuner.precision.cache import DEFAULT_CACHE_DIR, VariantCache, VariantKey, model_sha256
+from tuner.precision.errors import PrecisionError
+from tuner.precision.graph import (
+    GraphSummary,
+    Int8Method,
+    choose_int8_method,
+    load_summary,
+    require_float,
+)
+from tuner.precision.metrics import OutputSpec
+from tuner.precision.tensorrt import tensorrt_available, with_tensorrt_precision
+from tuner.precision.validation import ValidationSet, load_validation_inputs
+
+log = logging.getLogger("tuner.precision")
+
+TENSORRT_VARIANTS = {"trt_fp16": "fp16", "trt_int8": "int8"}  # config-only, GPU
+PRECISIONS = ("fp32", "fp16", "int8", *TENSORRT_VARIANTS)
+DEFAULT_VALIDATION_COUNT = 256
+CALIBRATION_COUNT = 128  # static int8 calibrates on the first ones (~5 s for ResNet-18 here)
+FP32_METHOD = "the model file as it is"
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionVariant:
+    """One precision of a model, ready to serve or excluded with the reason.
+
+    `model_path` is the file to serve (the source file for fp32 and the TensorRT precisions,
+    which are a config change; None when `error` is set).
+    `accuracy` is None for fp32. `build_seconds` is the time this call spent building (0 when
+    `cached`). A variant is `usable` when it was built and passed the accuracy guard.
+    """
+
+    precision: str
+    model_path: Path | None
+    accuracy: AccuracyCheck | None
+    build_seconds: float
+    error: str | None = None
+    method: str = ""
+    cached: bool = False
+
+    @property
+    def usable(self) -> bool:
+        return self.error is None and (self.accuracy is None or self.accuracy.passed)
+
+    @property
+    def verdict(self) -> str:
+        """Plain words for the report: why it is excluded, or how it compared."""
+        if self.error is not None:
+            return f"{self.precision} excluded: {self.error}"
+        if self.accuracy is None:
+            return f"{self.precision}: {self.method}"
+        state = "passed" if self.accuracy.passed else "excluded, accuracy"
+        return f"{self.precision} {state}: {self.accuracy.reason}"
+
+
+def is_onnx_model(config: mc.ModelConfig, model_path: Path) -> bool:
+    return (
+        Path(model_path).suffix.lower() == ".onnx"
+        and config.platform in ("", "onnxruntime_onnx")
+        and config.backend in ("", "onnxruntime")
+    )
+
+
+def prepare_variants(
+    model_dir: Path,
+    config: mc.ModelConfig,
+    model_path: Path,
+    precisions: Sequence[str],
+    max_accuracy_drop: float,
+    validation_file: Path | None = None,
+    cache_dir: Path = DEFAULT_CACHE_DIR,
+    *,
+    count: int = DEFAULT_VALIDATION_COUNT,
+    threads: int = 0,
+) -> list[PrecisionVariant]:
+    """The requested precisions of the model at `model_path`, in the order asked.
+
+    Precisions: fp32, fp16, int8, and where onnxruntime has TensorRT, trt_fp16 and trt_int8
+    (a config change, `with_tensorrt_precision`; checked by running the source file under
+    the providers the server would use). fp16 and int8 are built once per (source hash,
+    precision, calibration data) in `cache_dir`. Each reduced precision is compared with the
+    FP32 model on up to `count` validation inputs (`load_validation_inputs`; static int8
+    calibrates on the first `CALIBRATION_COUNT`), run with `threads` onnxruntime threads
+    (0: all cores). A variant that cannot be built or run carries `error`; one beyond
+    `max_accuracy_drop` carries a failed `accuracy`. Models that are not ONNX get fp32 only;
+    their other precisions carry an error saying so. Raises PrecisionError for an unknown
+    precision, an unreadable model file or unreadable validation data (the user's to fix).
+    """
+    wanted = _normalize(precisions)
+    model_path = Path(model_path)
+    if not is_onnx_model(config, model_path):
+        kind = config.backend or config.platform or model_path.suffix
+        note = f"precision variants need an ONNX model; '{kind}' models are served in fp32 only"
+        return [_fp32(model_path) if p == "fp32" else _failed(p, note) for p in wanted]
+    if wanted == ["fp32"]:
+        return [_fp32(model_path)]
+    summary = load_summary(str(model_path))
+    validation = load_validation_inputs(Path(model_dir), config, validation_file, count)
+    log.info("validation inputs: %s", validation.source)
+    context = _Context(
+        config=config,
+        model_path=model_path,
+        summary=summary,
+        validation=validation,
+        specs=output_specs(config, model_path),
+        cache=VariantCache(Path(cache_dir)),
+        source_sha256=model_sha256(model_path),
+        limit=max_accuracy_drop,
+        threads=threads,
+    )
+    try:
+        reference = run_outputs(model_path, validation, [s.name for s in context.specs], threads)
+    except PrecisionError as exc:
+        error = f"no accuracy check is possible: {exc}"
+        return [_fp32(model_path) if p == "fp32" else _failed(p, error) for p in wanted]
+    return [_fp32(model_path) if p == "fp32" else _reduced(p, context, reference) for p in wanted]
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    config: mc.ModelConfig
+    model_path: Path
+    summary: GraphSummary
+    validation: ValidationSet
+    specs: list[OutputSpec]
+    cache: VariantCache
+    source_sha256: str
+    limit: float
+    threads: int
+
+
+def _reduced(precision: str, context: _Context, reference: Outputs) -> PrecisionVariant:
+    if precision in TENSORRT_VARIANTS:
+        return _tensorrt(precision, context, reference)
+    try:
+        method, calibration, build = _plan(precision, context)
+        key = VariantKey(context.source_sha256, precision, method, calibration)
+        built = context.cache.get_or_build(key, build)
+        log.info("%s variant %s (%s)", precision, built.path, "cached" if built.cached else "built")
+        accuracy = check_accuracy(
+            precision,
+            built.path,
+            reference,
+            context.validation,
+            context.specs,
+            context.limit,
+            context.threads,
+        )
+    except PrecisionError as exc:
+        return _failed(precision, str(exc))
+    except Exception as exc:  # the quantizer and converter raise many unrelated types
+        return _failed(precision, f"building it failed: {type(exc).__name__}: {exc}")
+    return PrecisionVariant(
+        precision, built.path, accuracy, built.seconds, method=method, cached=built.cached
+    )
+
+
+def _tensorrt(precision: str, context: _Context, reference: Outputs) -> PrecisionVariant:
+    if not tensorrt_available():
+        return _failed(
+            precision,
+            "TensorRT is not available: onnxruntime here has no TensorrtExecutionProvider"
+            " (it needs a GPU and the gpu extra)",
+        )
+    mode = TENSORRT_VARIANTS[precision]
+    # The providers the server derives from the changed config, so the check runs what is served.
+    providers, _ = execution_providers(with_tensorrt_precision(context.config, mode), "KIND_GPU")
+    try:
+        accuracy = check_accuracy(
+            precision,
+            context.model_path,
+            reference,
+            context.validation,
+            context.specs,
+            context.limit,
+            context.threads,
+            providers,
+        )
+    except PrecisionError as exc:
+        return _failed(precision, str(exc))
+    method = f"TensorRT precision_mode {mode.upper()} (a config change; same model file)"
+    return PrecisionVariant(precision, context.model_path, accuracy, 0.0, method=method)
+
+
+def _plan(precision: str, context: _Context) -> tuple[str, str | None, Callable[[Path], None]]:
+    """(method description, calibration hash or None, builder writing to a given path)."""
+    source = context.model_path
+    if precision == "fp16":
+        require_float(context.summary, precision)
+        return FP16_METHOD, None, lambda target: build_fp16(source, target)
+    if choose_int8_method(context.summary) is Int8Method.DYNAMIC:
+        return DYNAMIC_METHOD, None, lambda target: build_int8_dynamic(source, target)
+    subset = context.validation.head(CALIBRATION_COUNT)
+    feeds, calibration = subset.feeds(), subset.digest()
+    return STATIC_METHOD, calibration, lambda target: build_int8_static(source, target, feeds)
+
+
+def _normalize(precisions: Sequence[str]) -> list[str]:
+    wanted: list[str] = []
+    for precision in precisions:
+        name = precision.strip().lower()
+        if name not in PRECISIONS:
+            raise PrecisionError(
+                f"unknown precision '{precision}': choose from {', '.join(PRECISIONS)}"
+            )
+        if name not in wanted:
+            wanted.append(name)
+    if not wanted:
+        raise PrecisionError(f"no precision given: choose from {', '.join(PRECISIONS)}")
+    return wanted
+
+
+def _fp32(model_path: Path) -> PrecisionVariant:
+    return PrecisionVariant("fp32", model_path, None, 0.0, method=FP32_METHOD)
+
+
+def _failed(precision: str, error: str) -> PrecisionVariant:
+    return PrecisionVariant(precision, None, None, 0.0, error=error)

@@ -1,0 +1,222 @@
+"""One tuning run: for each model, variants -> space -> search against a private server ->
+write-back -> report files. The CLI (tuner/cli.py) only parses flags and prints."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.registry import backend_name, get_backend
+from serve.model.loader import model_file
+from serve.repository.discovery import model_directories, prepare_config
+from tuner.budget import LatencyBudget
+from tuner.candidate import PRECISION, apply, diff, variant_filename
+from tuner.evaluate import EvaluationSettings, TrialEvaluator
+from tuner.precision import DEFAULT_CACHE_DIR, PrecisionVariant, prepare_variants
+from tuner.results import ModelReport, write_model_report
+from tuner.search import run_search
+from tuner.search_types import ProgressEvent, SearchSettings
+from tuner.server_control import tuning_server
+from tuner.space import Platform, SpaceOptions, build_space
+from tuner.writeback import copy_model_dir, write_back
+
+
+@dataclass(frozen=True, slots=True)
+class TuneOptions:
+    repository: Path
+    budget: LatencyBudget
+    models: tuple[str, ...] = ()  # empty: every model in the repository
+    trials: int = 6
+    time_budget_s: float | None = None  # for the whole run, shared by the models
+    search: str = "optuna"
+    precisions: tuple[str, ...] = ("fp32", "fp16", "int8")
+    max_accuracy_drop: float = 0.01
+    validation_data: Path | None = None
+    storage: str | None = None  # default: sqlite in the report folder
+    study_name: str | None = None  # default: from the model and the budget
+    seed: int = 0
+    min_throughput: float | None = None
+    dry_run: bool = False
+    output_repository: Path | None = None
+    report_dir: Path = Path("reports")
+    cache_dir: Path = DEFAULT_CACHE_DIR
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+
+
+@dataclass(slots=True)
+class Hooks:
+    """How the run tells the console what it is doing."""
+
+    note: Callable[[str], None] = lambda _message: None
+    progress: Callable[[str, ProgressEvent], None] = lambda _model, _event: None
+
+
+class TuneError(RuntimeError):
+    """A model cannot be tuned at all (its config, its files, the server)."""
+
+
+def model_names(options: TuneOptions) -> list[str]:
+    on_disk = [d.name for d in model_directories(options.repository)]
+    if not options.models:
+        return on_disk
+    unknown = [m for m in options.models if m not in on_disk]
+    if unknown:
+        raise TuneError(
+            f"no model {', '.join(repr(m) for m in unknown)} in {options.repository} "
+            f"(models: {', '.join(on_disk) or 'none'})"
+        )
+    return list(options.models)
+
+
+def study_name(options: TuneOptions, model: str) -> str:
+    if options.study_name:
+        return f"{options.study_name}-{model}" if len(options.models) != 1 else options.study_name
+    budget = options.budget
+    return f"{model}-p{budget.percentile}-{budget.limit_us:g}us-{options.search}"
+
+
+def storage_url(options: TuneOptions, report_folder: Path) -> str:
+    if options.storage:
+        return options.storage
+    return f"sqlite:///{(report_folder / 'study.db').resolve()}"
+
+
+def _fingerprint(options: TuneOptions, config: mc.ModelConfig, model_path: Path) -> dict[str, str]:
+    """What a resumed study must share with this run to reuse its measurements."""
+    digest = hashlib.sha256()
+    with model_path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return {
+        "model_sha256": digest.hexdigest()[:16],
+        "budget": options.budget.describe(),
+        "max_accuracy_drop": f"{options.max_accuracy_drop:g}",
+        "precisions": ",".join(options.precisions),
+        "base_config": hashlib.sha256(config.SerializeToString(deterministic=True)).hexdigest()[
+            :16
+        ],
+    }
+
+
+def tune_model(
+    options: TuneOptions, model: str, time_budget_s: float | None, hooks: Hooks
+) -> ModelReport:
+    """Tune one model and (unless dry-run) write its best config back."""
+    model_dir = options.repository / model
+    try:
+        config, versions, source = prepare_config(model_dir)
+        backend = get_backend(backend_name(config))
+    except Exception as exc:
+        raise TuneError(f"'{model}' cannot be tuned: {exc}") from None
+    newest = versions[-1]
+    path = model_file(config, model_dir, newest, backend)
+    if not path.exists():
+        raise TuneError(f"'{model}': model file {path} does not exist")
+    report_folder = options.report_dir / model
+    report_folder.mkdir(parents=True, exist_ok=True)
+    platform = Platform.detect()
+    variants = _prepare_variants(options, model_dir, config, path, hooks)
+    usable = tuple(v.precision for v in variants if v.usable) or ("fp32",)
+    space = build_space(
+        config,
+        platform,
+        SpaceOptions(precisions=usable, latency_limit_us=options.budget.limit_us),
+    )
+    settings = SearchSettings(
+        budget=options.budget,
+        study_name=study_name(options, model),
+        storage=storage_url(options, report_folder),
+        mode="grid" if options.search == "grid" else "optuna",
+        n_trials=None if options.search == "grid" else options.trials,
+        time_budget_s=time_budget_s,
+        seed=options.seed,
+        min_throughput=options.min_throughput,
+        fingerprint=_fingerprint(options, config, path),
+    )
+    work_dir = Path(tempfile.mkdtemp(prefix="autotune-", dir=report_folder))
+    try:
+        with tuning_server(model_dir, work_dir) as server:
+            by_precision = {v.precision: v for v in variants}
+            for variant in variants:
+                if variant.model_path is not None and variant.precision != "fp32":
+                    filename = variant_filename(path.name, variant.precision)
+                    for version in versions:
+                        server.add_variant(version, filename, variant.model_path)
+            evaluator = TrialEvaluator(
+                config, server, by_precision, options.budget, options.evaluation
+            )
+            hooks.note(f"{model}: {space.size} candidates in the search space")
+            result = run_search(space, evaluator, settings, lambda e: hooks.progress(model, e))
+    finally:
+        _remove_tree(work_dir)
+    default_key = space.default_candidate().key
+    default = next(
+        (t for t in result.trials if t.candidate is not None and t.candidate.key == default_key),
+        None,
+    )
+    report = ModelReport(
+        model=model,
+        budget=options.budget.describe(),
+        platform={"cpu_count": platform.cpu_count, "gpu": platform.gpu},
+        search=result,
+        default=default,
+        variants=variants,
+        validation_source=next((v.accuracy.source for v in variants if v.accuracy), ""),
+        space=space.describe(),
+    )
+    if result.best is not None and result.best.candidate is not None:
+        tuned = apply(result.best.candidate, config)
+        report.changes = diff(config, tuned)
+        if not options.dry_run:
+            precision = str(result.best.candidate.get(PRECISION, "fp32"))
+            chosen = by_precision[precision] if precision != "fp32" else None
+            target_dir = model_dir
+            if options.output_repository is not None:
+                target_dir = copy_model_dir(model_dir, options.output_repository)
+            written = write_back(
+                target_dir,
+                tuned,
+                versions,
+                chosen.model_path if chosen is not None else None,
+            )
+            report.written = {
+                "config": str(written.config_path),
+                "backup": str(written.backup_path or ""),
+                "model_files": ", ".join(str(p) for p in written.model_files),
+                "source": source,
+            }
+    write_model_report(report, report_folder)
+    return report
+
+
+def _prepare_variants(
+    options: TuneOptions,
+    model_dir: Path,
+    config: mc.ModelConfig,
+    path: Path,
+    hooks: Hooks,
+) -> list[PrecisionVariant]:
+    precisions = list(dict.fromkeys(("fp32", *options.precisions)))
+    hooks.note(f"{model_dir.name}: preparing precisions {', '.join(precisions)}")
+    variants = prepare_variants(
+        model_dir,
+        config,
+        path,
+        precisions,
+        options.max_accuracy_drop,
+        options.validation_data,
+        options.cache_dir,
+    )
+    for variant in variants:
+        hooks.note(f"{model_dir.name}: {variant.verdict}")
+    return variants
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

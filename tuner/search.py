@@ -1,0 +1,351 @@
+"""The search loop: Optuna's ask/tell behind one function (DESIGN decision 7)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import Trial, TrialState
+
+from tuner.candidate import Candidate
+from tuner.search_study import (
+    CANDIDATE,
+    KEY,
+    OUTCOME,
+    REUSED_FROM,
+    SURPLUS,
+    WORKER,
+    FixedSampler,
+    Worker,
+    best_of,
+    counts,
+    fail_stale_trials,
+    heartbeat,
+    open_study,
+    quiet_experimental,
+    record_of,
+)
+from tuner.search_types import (
+    ProgressEvent,
+    ProgressKind,
+    SearchResult,
+    SearchSettings,
+    TrialOutcome,
+    TrialRecord,
+)
+from tuner.space import SearchSpace, grid
+
+__all__ = [
+    "Evaluate",
+    "Progress",
+    "ProgressEvent",
+    "SearchResult",
+    "SearchSettings",
+    "TrialOutcome",
+    "TrialRecord",
+    "run_search",
+]
+
+Evaluate = Callable[[Candidate], TrialOutcome]
+Progress = Callable[[ProgressEvent], None]
+
+_SEED_STRIDE = 7919  # parallel workers get seeds this far apart
+_MAX_REPEATS = 25  # proposals in a row of measured candidates: the search has converged
+
+
+def run_search(
+    space: SearchSpace,
+    evaluate: Evaluate,
+    settings: SearchSettings,
+    progress: Progress | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> SearchResult:
+    """Search `space` for the candidate with the highest throughput within the constraints.
+
+    The study (`settings.storage`, `settings.study_name`) is created or resumed. Each trial:
+    ask -> a candidate (define-by-run over `space`, TPE with the priors of
+    `space.prior_candidates()` enqueued first; in grid mode the next grid point not yet taken)
+    -> `evaluate(candidate)` -> tell. Every trial is told:
+
+    - "ok": COMPLETE with the throughput as value, and the constraints latency (p / limit - 1),
+      accuracy (0 or 1) and, with `min_throughput`, throughput set on the trial, so that the
+      constrained TPE sampler learns infeasibility while it searches.
+    - "pruned": PRUNED, with the same constraints (and the throughput as intermediate value).
+    - "failed", or `evaluate` raised an Exception: FAIL, the message kept.
+    - KeyboardInterrupt / SystemExit during `evaluate`: FAIL with no outcome (so a resumed run
+      measures that candidate again), then re-raised.
+
+    `evaluate` runs only for a candidate the study has no outcome for: a candidate measured
+    before (a resumed study, a repeated proposal, another worker) is told that outcome again
+    and marked `reused_from`. The loop stops, checking before each trial, when the study holds
+    `n_trials` measurements (resumed and other workers' trials count; reused and interrupted
+    ones do not), when `time_budget_s` has run out or less of it is left than this call's
+    trials took on average, when every candidate of the space has been measured, when
+    25 proposals in a row were candidates measured already (converged), or in grid mode when
+    no grid point is left.
+
+    Several processes given the same storage and study name share the work: trials left
+    RUNNING by a dead process are marked FAIL, and a trial asked beyond `n_trials` in a race
+    is marked FAIL (user attribute "surplus") and not evaluated.
+
+    `progress` receives a `ProgressEvent` at the start, around each trial of this call and at
+    the end. The result lists every trial of the study and the best feasible one (highest
+    throughput; ties to the lower latency).
+    """
+    return _SearchLoop(space, evaluate, settings, progress, clock).run()
+
+
+class _SearchLoop:
+    def __init__(
+        self,
+        space: SearchSpace,
+        evaluate: Evaluate,
+        settings: SearchSettings,
+        progress: Progress | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.space = space
+        self.evaluate = evaluate
+        self.settings = settings
+        self.progress = progress
+        self.clock = clock
+        self.started = clock()
+        self.durations: list[float] = []
+        self.reused = 0
+        self.measured = 0
+        self.repeats = 0  # reused outcomes since the last measurement
+        self.stale_checked: float | None = None
+        self.grid = grid(space) if settings.mode == "grid" else []
+        self.fixed = FixedSampler()
+        self.study = open_study(settings, optuna.samplers.RandomSampler(seed=settings.seed))
+        self.worker = Worker(self.study)
+        self.study.sampler = self._sampler()
+
+    def _sampler(self) -> optuna.samplers.BaseSampler:
+        settings = self.settings
+        seed = None if settings.seed is None else settings.seed + _SEED_STRIDE * self.worker.rank
+        if settings.mode == "grid":
+            return self.fixed
+        startup = settings.n_startup_trials
+        if startup is None:
+            startup = 10 if settings.n_trials is None else max(4, min(10, settings.n_trials // 3))
+        with quiet_experimental():
+            return optuna.samplers.TPESampler(
+                seed=seed,
+                n_startup_trials=startup,
+                multivariate=True,
+                group=True,
+                constant_liar=True,
+            )
+
+    def run(self) -> SearchResult:
+        self._fail_stale_trials()
+        if self.settings.mode == "optuna":
+            self._enqueue_priors(self._records())
+        self._emit("start")
+        while True:
+            self._fail_stale_trials()
+            records = self._records()
+            reason = self._stop_reason(records)
+            if reason:
+                break
+            if self.settings.mode == "grid" and not self._choose_grid_point(records):
+                reason = "every grid point has been taken"
+                break
+            try:
+                reason = self._trial(self.study.ask())
+            except optuna.exceptions.UpdateFinishedTrialError:
+                # SQLite let another worker pop the same queued trial, and it told it first.
+                reason = ""
+            if reason:
+                break
+        records = self._records()
+        self._emit("end", records=records, stop_reason=reason)
+        return SearchResult(
+            study_name=self.settings.study_name,
+            trials=[r for r in records if r.state != "WAITING"],
+            best=best_of(records),
+            stop_reason=reason,
+            measured_here=self.measured,
+            reused_here=self.reused,
+        )
+
+    def _fail_stale_trials(self) -> None:
+        # A dead worker's trial only needs noticing about as often as it can go stale.
+        now = self.clock()
+        if self.stale_checked is None or now - self.stale_checked >= self.settings.heartbeat_s:
+            fail_stale_trials(self.study, self.settings.stale_after_s)
+            self.stale_checked = now
+
+    def _records(self) -> list[TrialRecord]:
+        trials = self.study.get_trials(deepcopy=False)
+        return [record_of(trial, self.settings) for trial in trials]
+
+    def _stop_reason(self, records: list[TrialRecord]) -> str:
+        n_trials = self.settings.n_trials
+        if n_trials is not None and sum(counts(r) for r in records) >= n_trials:
+            return f"{n_trials} trials done"
+        left = self._time_left()
+        if left is not None:
+            if left <= 0:
+                return "time budget spent"
+            if self.durations and left < sum(self.durations) / len(self.durations):
+                return "time budget spent (too little left for another trial)"
+        measured = {r.candidate.key for r in records if r.candidate and r.outcome is not None}
+        if len(measured) >= self.space.size:
+            return "every candidate of the space has been measured"
+        return ""
+
+    def _time_left(self) -> float | None:
+        budget = self.settings.time_budget_s
+        return None if budget is None else budget - (self.clock() - self.started)
+
+    def _enqueue_priors(self, records: list[TrialRecord]) -> None:
+        taken = {r.candidate.key for r in records if r.candidate and not r.interrupted}
+        for candidate in self.space.prior_candidates():
+            if candidate.key not in taken:
+                self._enqueue(candidate)
+
+    def _choose_grid_point(self, records: list[TrialRecord]) -> bool:
+        """Point the fixed sampler at a grid point nobody has taken; False when none is left."""
+        taken = {
+            r.candidate.key
+            for r in records
+            if r.candidate and (r.outcome is not None or r.state in ("RUNNING", "WAITING"))
+        }
+        free = [c for c in self.grid if c.key not in taken]
+        if not free:
+            return False
+        # Parallel workers start at different points so that they rarely pick the same one.
+        self.fixed.params = self.space.params_for(free[min(self.worker.rank, len(free) - 1)])
+        return True
+
+    def _enqueue(self, candidate: Candidate) -> None:
+        self.study.enqueue_trial(
+            self.space.params_for(candidate),
+            user_attrs={KEY: candidate.key, CANDIDATE: candidate.to_json()},
+        )
+
+    def _trial(self, trial: Trial) -> str:
+        """Run one asked trial to its tell; a stop reason when it turned out to be surplus."""
+        try:
+            candidate = self.space.suggest(trial)
+        except Exception as exc:  # e.g. a resumed study enqueued values this space lacks
+            self._tell(trial, TrialOutcome.failed(f"cannot build a candidate: {exc}"))
+            return ""
+        trial.set_user_attr(KEY, candidate.key)
+        trial.set_user_attr(CANDIDATE, candidate.to_json())
+        trial.set_user_attr(WORKER, self.worker.attrs())
+        records = self._records()
+        n_trials = self.settings.n_trials
+        earlier = [r for r in records if r.number < trial.number and counts(r)]
+        if n_trials is not None and len(earlier) >= n_trials:
+            trial.set_user_attr(SURPLUS, True)
+            self.study.tell(trial, state=TrialState.FAIL)
+            return f"{n_trials} trials done"
+        previous = _measured(records, candidate, trial.number)
+        if previous is not None and previous.outcome is not None:
+            trial.set_user_attr(REUSED_FROM, previous.number)
+            self.reused += 1
+            self.repeats += 1
+            self._tell(trial, previous.outcome)
+            self._emit("trial_end", trial_number=trial.number)
+            if self.repeats >= _MAX_REPEATS:
+                return f"converged ({_MAX_REPEATS} proposals in a row were measured already)"
+            return ""
+        self.repeats = 0
+        self._emit("trial_start", records=records, trial_number=trial.number)
+        began = self.clock()
+        outcome = self._evaluate(trial, candidate)
+        self.durations.append(self.clock() - began)
+        if self._tell(trial, outcome):
+            self.measured += 1
+        self._emit("trial_end", trial_number=trial.number)
+        return ""
+
+    def _evaluate(self, trial: Trial, candidate: Candidate) -> TrialOutcome:
+        try:
+            with heartbeat(trial, self.settings.heartbeat_s):
+                outcome = self.evaluate(candidate)
+        except Exception as exc:
+            return TrialOutcome.failed(f"evaluation raised {type(exc).__name__}: {exc}")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        if not isinstance(outcome, TrialOutcome) or outcome.status not in (
+            "ok",
+            "pruned",
+            "failed",
+        ):
+            return TrialOutcome.failed(f"evaluation returned {outcome!r}, not a TrialOutcome")
+        if outcome.status == "ok" and not math.isfinite(outcome.throughput):
+            return TrialOutcome.failed(f"evaluation gave throughput {outcome.throughput}")
+        return outcome
+
+    def _tell(self, trial: Trial, outcome: TrialOutcome) -> bool:
+        """Store the outcome and tell it; False when the trial was already finished."""
+        try:
+            trial.set_user_attr(OUTCOME, outcome.to_json())
+            if outcome.status == "failed":
+                self.study.tell(trial, state=TrialState.FAIL)
+                return True
+            for name, value in self.settings.constraints(outcome).items():
+                trial.set_constraint(name, value)
+            if outcome.status == "ok":
+                self.study.tell(trial, outcome.throughput)
+            else:
+                if math.isfinite(outcome.throughput) and outcome.throughput > 0:
+                    trial.report(outcome.throughput, step=0)
+                self.study.tell(trial, state=TrialState.PRUNED)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker took this trial for dead (no heartbeat for stale_after_s), or
+            # popped the same queued trial.
+            return False
+        return True
+
+    def _emit(
+        self,
+        kind: ProgressKind,
+        *,
+        records: list[TrialRecord] | None = None,
+        trial_number: int | None = None,
+        stop_reason: str = "",
+    ) -> None:
+        if self.progress is None:
+            return
+        if records is None:
+            records = self._records()
+        total = self.settings.n_trials
+        if self.settings.mode == "grid":
+            total = min(total, len(self.grid)) if total is not None else len(self.grid)
+        trial = next((r for r in records if r.number == trial_number), None)
+        self.progress(
+            ProgressEvent(
+                kind=kind,
+                done=sum(counts(r) for r in records),
+                total=total,
+                elapsed_s=self.clock() - self.started,
+                time_left_s=self._time_left(),
+                best=best_of(records),
+                trial=trial,
+                stop_reason=stop_reason,
+            )
+        )
+
+
+def _measured(records: list[TrialRecord], candidate: Candidate, number: int) -> TrialRecord | None:
+    """The first trial (other than `number`) that holds an outcome for `candidate`."""
+    for record in records:
+        if (
+            record.number != number
+            and record.outcome is not None
+            and record.candidate is not None
+            and record.candidate.key == candidate.key
+        ):
+            return record
+    return None

@@ -1,0 +1,301 @@
+"""The Optuna study behind the search: storage, workers, dead trials, and reading trials back.
+
+Each trial carries user attributes the loop relies on: "key" and "candidate" (what was tried),
+"worker" (who runs it), "heartbeat" (wall time, refreshed while it is measured), "outcome"
+(the `TrialOutcome`, once told) and "reused_from" (when an earlier measurement was reused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from tuner.candidate import Candidate
+from tuner.search_types import SearchError, SearchSettings, TrialOutcome, TrialRecord
+
+log = logging.getLogger(__name__)
+
+KEY, CANDIDATE, WORKER, HEARTBEAT = "key", "candidate", "worker", "heartbeat"
+OUTCOME, REUSED_FROM, SURPLUS = "outcome", "reused_from", "surplus"
+_OBJECTIVE = "objective"
+_WORKER_PREFIX = "worker:"
+_SQLITE_TIMEOUT_S = 60
+
+
+def sqlite_url(path: Path) -> str:
+    """The storage URL of a SQLite file (absolute, so the study does not move with the cwd)."""
+    return f"sqlite:///{path.resolve()}"
+
+
+def open_storage(url: str | None) -> optuna.storages.BaseStorage | None:
+    """An RDB storage for `url` (None: in memory).
+
+    A SQLite file gets its folder created, a generous lock timeout (several workers may write
+    to one file) and write-ahead logging with synchronous=NORMAL: each of Optuna's many small
+    commits then costs no fsync, and a killed process still leaves a consistent database (only
+    a power cut may lose the last commits)."""
+    if url is None:
+        return None
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            engine_kwargs["creator"] = functools.partial(_connect_sqlite, database)
+        else:
+            engine_kwargs["connect_args"] = {"timeout": _SQLITE_TIMEOUT_S}
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except SQLAlchemyError as exc:
+            # Two workers creating the tables of a new file at once: one of them loses.
+            if attempt == 4:
+                raise SearchError(f"cannot open study storage {url}: {exc}") from exc
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _connect_sqlite(database: str) -> sqlite3.Connection:
+    connection = sqlite3.connect(database, timeout=_SQLITE_TIMEOUT_S, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    return connection
+
+
+def open_study(settings: SearchSettings, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """Create the study, or load it (resume) when `load_if_exists`; SearchError when it exists
+    and may not be resumed, or was made for another objective."""
+    storage = open_storage(settings.storage)
+    where = settings.storage or "memory"
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            sampler=sampler,
+            study_name=settings.study_name,
+            direction="maximize",
+            load_if_exists=settings.load_if_exists,
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        raise SearchError(
+            f"study '{settings.study_name}' already exists in {where}: resume it or choose "
+            "another study name"
+        ) from None
+    _check_objective(study, settings)
+    return study
+
+
+def objective_of(settings: SearchSettings) -> dict[str, str]:
+    objective = {"latency": settings.budget.describe(), "limit_us": f"{settings.budget.limit_us:g}"}
+    if settings.min_throughput is not None:
+        objective["min_throughput"] = f"{settings.min_throughput:g}"
+    return objective | dict(settings.fingerprint)
+
+
+def _check_objective(study: optuna.Study, settings: SearchSettings) -> None:
+    wanted = objective_of(settings)
+    stored = study.user_attrs.get(_OBJECTIVE)
+    if stored is None:
+        study.set_user_attr(_OBJECTIVE, wanted)
+    elif stored != wanted:
+        changed = ", ".join(
+            f"{k}: {stored.get(k, '(none)')} -> {wanted.get(k, '(none)')}"
+            for k in sorted(set(stored) | set(wanted))
+            if stored.get(k) != wanted.get(k)
+        )
+        raise SearchError(
+            f"study '{settings.study_name}' was made for another objective ({changed}); "
+            "use another study name to start afresh"
+        )
+
+
+class Worker:
+    """This process's identity in the study; its rank among the study's workers spreads
+    parallel workers over different seeds and grid points."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
+        started = time.time()
+        study.set_user_attr(f"{_WORKER_PREFIX}{self.id}", started)
+        workers = sorted(
+            (float(value), name)
+            for name, value in study.user_attrs.items()
+            if name.startswith(_WORKER_PREFIX)
+        )
+        self.rank = [name for _, name in workers].index(f"{_WORKER_PREFIX}{self.id}")
+
+    def attrs(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "id": self.id}
+
+
+def fail_stale_trials(
+    study: optuna.Study, stale_after_s: float, now: float | None = None
+) -> list[int]:
+    """Mark RUNNING trials whose process is gone as FAIL (they hold no outcome, so they are
+    neither reused nor counted): on this host when the pid is dead, anywhere when the
+    heartbeat (or the start, before the first beat) is older than `stale_after_s`."""
+    now = time.time() if now is None else now
+    host = socket.gethostname()
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not _is_stale(trial, host, stale_after_s, now):
+            continue
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+            failed.append(trial.number)
+    if failed:
+        log.info(
+            "study %s: trials %s were left running by a dead process; marked failed",
+            study.study_name,
+            failed,
+        )
+    return failed
+
+
+def _is_stale(trial: FrozenTrial, host: str, stale_after_s: float, now: float) -> bool:
+    worker = trial.user_attrs.get(WORKER)
+    if isinstance(worker, Mapping) and worker.get("host") == host:
+        pid = int(worker.get("pid", 0))
+        if pid != os.getpid() and not _pid_alive(pid):
+            return True
+    beat = trial.user_attrs.get(HEARTBEAT)
+    if beat is None and trial.datetime_start is not None:
+        beat = trial.datetime_start.timestamp()
+    return beat is not None and now - float(beat) > stale_after_s
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def heartbeat(trial: Trial, interval_s: float) -> Iterator[None]:
+    """Refresh the trial's heartbeat from a thread while the body runs."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            try:
+                trial.set_user_attr(HEARTBEAT, time.time())
+            except Exception as exc:  # storage busy or trial taken over: keep measuring
+                log.debug("heartbeat of trial %d failed: %s", trial.number, exc)
+
+    trial.set_user_attr(HEARTBEAT, time.time())
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def record_of(trial: FrozenTrial, settings: SearchSettings) -> TrialRecord:
+    attrs = trial.user_attrs
+    candidate = Candidate.from_json(attrs[CANDIDATE]) if CANDIDATE in attrs else None
+    outcome = TrialOutcome.from_json(attrs[OUTCOME]) if OUTCOME in attrs else None
+    state = trial.state.name
+    if outcome is not None and state != _TOLD_AS[outcome.status]:
+        outcome = None  # stored, but the process died before telling it: not a result
+    duration = trial.duration.total_seconds() if trial.duration is not None else None
+    worker = attrs.get(WORKER)
+    return TrialRecord(
+        number=trial.number,
+        state=state,  # type: ignore[arg-type]  # TrialState names are the Literal's values
+        candidate=candidate,
+        outcome=outcome,
+        feasible=state == "COMPLETE" and outcome is not None and settings.feasible(outcome),
+        duration_s=duration,
+        reused_from=attrs.get(REUSED_FROM),
+        worker=str(worker.get("id", "")) if isinstance(worker, Mapping) else "",
+    )
+
+
+_TOLD_AS = {"ok": "COMPLETE", "pruned": "PRUNED", "failed": "FAIL"}
+
+
+def counts(record: TrialRecord) -> bool:
+    """Whether a trial counts toward n_trials: a measurement, done or under way. Reused
+    outcomes cost nothing and interrupted trials gave nothing, so neither counts."""
+    return record.state == "RUNNING" or (record.outcome is not None and record.reused_from is None)
+
+
+def best_of(records: list[TrialRecord]) -> TrialRecord | None:
+    """Highest throughput among feasible trials; ties go to the lower latency, then the
+    earlier trial."""
+    feasible = [r for r in records if r.feasible and r.outcome is not None]
+    return min(feasible, key=_rank, default=None)
+
+
+def _rank(record: TrialRecord) -> tuple[float, float, int]:
+    assert record.outcome is not None
+    latency = record.outcome.latency_us if record.outcome.latency_us is not None else 0.0
+    return (-record.outcome.throughput, latency, record.number)
+
+
+@contextlib.contextmanager
+def quiet_experimental() -> Iterator[None]:
+    """Silence Optuna's ExperimentalWarning for the TPE options used here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+class FixedSampler(optuna.samplers.BaseSampler):
+    """Answers every suggestion from `params`, set before each ask: grid mode's sampler.
+
+    A parameter it was not given (a trial popped from the queue takes another branch) gets
+    the first choice, which keeps the candidate inside the space."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, Any] = {}
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, optuna.distributions.BaseDistribution]:
+        return {}
+
+    def sample_relative(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        search_space: dict[str, optuna.distributions.BaseDistribution],
+    ) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: optuna.distributions.BaseDistribution,
+    ) -> Any:
+        if param_name in self.params:
+            return self.params[param_name]
+        assert isinstance(param_distribution, optuna.distributions.CategoricalDistribution)
+        return param_distribution.choices[0]

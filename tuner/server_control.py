@@ -1,0 +1,157 @@
+"""A private `autotune serve` process for tuning: explicit model control on a scratch
+repository, candidates loaded through the repository API with a config override.
+
+The scratch repository holds, per model, links to the real version folders' files plus links
+to the precision variants, so a candidate is a config (which may name a variant through
+`default_model_filename`) and loading it is one repository-API call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.config.model_config import config_to_json
+
+_PR_SET_PDEATHSIG = 1
+_STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to send SIGTERM when the tuner dies, even by SIGKILL, so no
+    server outlives its tuning run."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ServerError(RuntimeError):
+    """The tuning server could not be started or refused a candidate."""
+
+
+class TuningServer:
+    """Starts the server on a scratch copy of one model and loads candidate configs."""
+
+    def __init__(self, model_dir: Path, work_dir: Path, startup_timeout_s: float = 120.0) -> None:
+        self.model_name = model_dir.name
+        self._source = model_dir
+        self._root = Path(tempfile.mkdtemp(prefix="scratch-", dir=work_dir))
+        self.repository = self._root / "repository"
+        self._model_dir = self.repository / self.model_name
+        self._log_path = self._root / "server.log"
+        self._timeout = startup_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self._link_model()
+
+    def _link_model(self) -> None:
+        """Version folders of links to the real files (nothing large is copied)."""
+        self._model_dir.mkdir(parents=True)
+        for entry in self._source.iterdir():
+            if entry.is_dir() and entry.name.isdigit():
+                target = self._model_dir / entry.name
+                target.mkdir()
+                for item in entry.iterdir():
+                    (target / item.name).symlink_to(item.resolve())
+            elif entry.is_file() and entry.name != "config.pbtxt":
+                (self._model_dir / entry.name).symlink_to(entry.resolve())
+
+    def add_variant(self, version: int, filename: str, path: Path) -> None:
+        """Make a precision variant servable as `<version>/<filename>`."""
+        link = self._model_dir / str(version) / filename
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(path.resolve())
+
+    def start(self) -> None:
+        log = self._log_path.open("wb")
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "serve",
+                "--model-repository",
+                str(self.repository),
+                "--model-control-mode",
+                "explicit",
+                "--http-port",
+                "0",
+                "--host",
+                "127.0.0.1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+        log.close()
+        deadline = time.monotonic() + self._timeout
+        while time.monotonic() < deadline:
+            match = _STARTED.search(self._log_path.read_text(errors="replace"))
+            if match:
+                self.url = f"{match.group(1)}:{match.group(2)}"
+                return
+            if self._process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise ServerError(f"the tuning server did not start:\n{self.log_tail()}")
+
+    def load(self, config: mc.ModelConfig) -> None:
+        """Load (or reload) the model with `config`; ServerError with the server's reason."""
+        body = {"parameters": {"config": json.dumps(config_to_json(config))}}
+        try:
+            response = httpx.post(
+                f"http://{self.url}/v2/repository/models/{self.model_name}/load",
+                json=body,
+                timeout=300,
+            )
+        except httpx.HTTPError as exc:
+            raise ServerError(f"the tuning server did not answer a load: {exc}") from None
+        if response.status_code != 200:
+            try:
+                message = response.json().get("error", response.text)
+            except ValueError:
+                message = response.text
+            raise ServerError(message)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        process = self._process
+        self._process = None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def tuning_server(model_dir: Path, work_dir: Path) -> Iterator[TuningServer]:
+    server = TuningServer(model_dir, work_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()

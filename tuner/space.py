@@ -1,0 +1,420 @@
+"""The search space of one model: which tuned values it may take on this platform.
+
+Built from the model's own config and the platform, with these rules:
+
+- Batching is tuned only for models that already batch (`max_batch_size > 0`) and use the
+  default or dynamic scheduler: the space never moves a model between 0 and > 0, which would
+  change the meaning of its input dims. `dynamic_batching` is on or off; when off nothing else
+  about batching is asked (requests arrive one at a time, so max_batch_size would not matter).
+  When on: `max_batch_size` over powers of two from 2 up to a cap (the model's own
+  max_batch_size unless the caller gives another cap: the config alone cannot tell whether the
+  graph accepts bigger batches; 1 is left out because it is batching off), the queue delay
+  from a small set (values that alone reach the latency limit are left out), and a preferred
+  batch size only when the delay is > 0 (with no delay the batcher never waits for one):
+  none, or max/2 or max/4. Triton's batcher guide says preferred sizes "should not be used for
+  most models", so "none" is listed first and the priors use it.
+- Instances: KIND_CPU (KIND_GPU when the platform has a GPU); 1..4 and powers of two up to the
+  core count, and the core count itself.
+- onnxruntime on the CPU: intra_op_thread_count from 1 up to cores // instances (powers of two
+  and that bound), asked after the instance count so that threads x instances <= cores always.
+- onnxruntime: precision from the caller's list; trt_* only where TensorRT is available.
+- The model's current values join these sets where they are valid, so its own config is a
+  point of the space (`default_candidate`); values that are not are snapped to the nearest.
+
+`walk` is the one description of the space: Optuna's define-by-run suggestions, the exhaustive
+grid and the encoding of a candidate as Optuna parameters are all replays of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.registry import backend_name
+from tuner.candidate import (
+    DYNAMIC_BATCHING,
+    INSTANCE_COUNT,
+    INSTANCE_KIND,
+    MAX_BATCH_SIZE,
+    MAX_QUEUE_DELAY,
+    PRECISION,
+    PRECISIONS,
+    PREFERRED_BATCH_SIZE,
+    THREAD_COUNT,
+    TRT_PRECISIONS,
+    Candidate,
+    ParamValue,
+    config_precision,
+)
+
+DEFAULT_DELAYS_US = (0, 100, 500, 1000, 2000, 5000)
+DEFAULT_GPU_INSTANCES = 4
+
+# choose(candidate field, Optuna parameter name, choices) -> the chosen value
+Chooser = Callable[[str, str, Sequence[ParamValue]], ParamValue]
+
+
+class SuggestingTrial(Protocol):
+    """What `suggest` needs from a trial (Optuna's `Trial` has it)."""
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    cpu_count: int
+    gpu: bool = False
+    tensorrt: bool = False
+
+    @classmethod
+    def detect(
+        cls, *, gpu: bool = False, tensorrt: bool = False, cpu_count: int | None = None
+    ) -> Platform:
+        """This machine; GPU and TensorRT availability are the caller's to find out."""
+        return cls(cpu_count or usable_cpu_count(), gpu, tensorrt and gpu)
+
+
+def usable_cpu_count() -> int:
+    """Cores this process may run on (the affinity mask, as in a container), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceOptions:
+    precisions: tuple[str, ...] = ("fp32",)
+    max_batch_cap: int | None = None  # default: the model's own max_batch_size
+    delays_us: tuple[int, ...] = DEFAULT_DELAYS_US
+    latency_limit_us: float | None = None  # delays >= this are left out
+    max_instances: int | None = None  # default: the core count (4 on a GPU)
+    tune_preferred: bool = True  # False: preferred_batch_size stays none (a smaller grid)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingChoices:
+    max_batch_sizes: tuple[int, ...]
+    delays_us: tuple[int, ...]
+    base_preferred: int | None
+    tune_preferred: bool = True
+
+    def preferred(self, max_batch_size: int) -> tuple[int | None, ...]:
+        if not self.tune_preferred:
+            return (None,)
+        sizes = {max_batch_size // 2, max_batch_size // 4}
+        if self.base_preferred is not None:
+            sizes.add(self.base_preferred)
+        return (None, *sorted(s for s in sizes if 2 <= s <= max_batch_size))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The valid candidates of one model; see the module docstring for the rules."""
+
+    model_name: str
+    base: mc.ModelConfig = field(repr=False, compare=False)
+    instance_kind: str
+    instance_counts: tuple[int, ...]
+    thread_choices: dict[int, tuple[int, ...]] | None
+    precisions: tuple[str, ...] | None
+    batching: BatchingChoices | None
+
+    def walk(self, choose: Chooser) -> Candidate:
+        """Make every decision in order through `choose`; later choices depend on earlier ones."""
+        values: dict[str, ParamValue] = {INSTANCE_KIND: self.instance_kind}
+        count = _as_int(choose(INSTANCE_COUNT, INSTANCE_COUNT, self.instance_counts))
+        values[INSTANCE_COUNT] = count
+        if self.thread_choices is not None:
+            name = f"{THREAD_COUNT}[instances={count}]"
+            values[THREAD_COUNT] = choose(THREAD_COUNT, name, self.thread_choices[count])
+        if self.precisions is not None:
+            values[PRECISION] = choose(PRECISION, PRECISION, self.precisions)
+        batching = self.batching
+        if batching is not None:
+            on = bool(choose(DYNAMIC_BATCHING, DYNAMIC_BATCHING, (False, True)))
+            values[DYNAMIC_BATCHING] = on
+            if on:
+                max_batch = _as_int(
+                    choose(MAX_BATCH_SIZE, MAX_BATCH_SIZE, batching.max_batch_sizes)
+                )
+                delay = _as_int(choose(MAX_QUEUE_DELAY, MAX_QUEUE_DELAY, batching.delays_us))
+                preferred = None
+                if delay > 0 and batching.tune_preferred:
+                    name = f"{PREFERRED_BATCH_SIZE}[{MAX_BATCH_SIZE}={max_batch}]"
+                    preferred = choose(PREFERRED_BATCH_SIZE, name, batching.preferred(max_batch))
+                values |= {
+                    MAX_BATCH_SIZE: max_batch,
+                    MAX_QUEUE_DELAY: delay,
+                    PREFERRED_BATCH_SIZE: preferred,
+                }
+        return Candidate(values)
+
+    def suggest(self, trial: SuggestingTrial) -> Candidate:
+        """Define-by-run: ask the trial for each value (enqueued trials answer with theirs)."""
+        return self.walk(lambda _field, name, choices: trial.suggest_categorical(name, choices))
+
+    def params_for(self, candidate: Candidate) -> dict[str, ParamValue]:
+        """The Optuna parameters `suggest` would record for `candidate` (for enqueue_trial);
+        ValueError when the candidate is not in this space."""
+        params: dict[str, ParamValue] = {}
+
+        def choose(field_name: str, name: str, choices: Sequence[ParamValue]) -> ParamValue:
+            value = candidate.get(field_name)
+            if value not in choices:
+                raise ValueError(
+                    f"{candidate.key}: {field_name}={value!r} is not in the space of "
+                    f"'{self.model_name}' (choices: {list(choices)})"
+                )
+            params[name] = value
+            return value
+
+        if self.walk(choose) != candidate:
+            raise ValueError(f"{candidate.key}: not a candidate of '{self.model_name}'")
+        return params
+
+    def __contains__(self, candidate: object) -> bool:
+        if not isinstance(candidate, Candidate):
+            return False
+        try:
+            self.params_for(candidate)
+        except ValueError:
+            return False
+        return True
+
+    @functools.cached_property
+    def _grid(self) -> tuple[Candidate, ...]:
+        default = self.default_candidate()
+        rest = [c for c in _enumerate(self.walk) if c != default]
+        return (default, *rest)
+
+    @property
+    def size(self) -> int:
+        return len(self._grid)
+
+    def default_candidate(self) -> Candidate:
+        """The model's own config as a point of the space (values outside it snapped)."""
+        return self.walk(_snapping(self._base_values()))
+
+    def prior_candidates(self) -> list[Candidate]:
+        """Where the search starts, after Triton's batcher guide: the model's own config;
+        batching on with no preferred size, no delay and the model's max_batch_size; and the
+        latter in each other precision. Duplicates removed, order kept."""
+        wanted = self._base_values()
+        priors = [self.default_candidate()]
+        batching = {DYNAMIC_BATCHING: True, MAX_QUEUE_DELAY: 0, PREFERRED_BATCH_SIZE: None}
+        precisions = list(self.precisions or [None])
+        first = wanted.get(PRECISION)
+        for precision in sorted(precisions, key=lambda p: p != first):
+            values = wanted | batching | ({PRECISION: precision} if precision else {})
+            priors.append(self.walk(_snapping(values)))
+        return list(dict.fromkeys(priors))
+
+    def describe(self) -> list[str]:
+        """One line per parameter, for reports."""
+        lines = [f"instance_count ({self.instance_kind}): {_join(self.instance_counts)}"]
+        if self.thread_choices is not None:
+            per = "; ".join(f"{n} inst: {_join(t)}" for n, t in self.thread_choices.items())
+            lines.append(f"intra_op_thread_count: {per}")
+        if self.precisions is not None:
+            lines.append(f"precision: {_join(self.precisions)}")
+        if self.batching is not None:
+            lines += [
+                "dynamic_batching: off, on",
+                f"max_batch_size: {_join(self.batching.max_batch_sizes)}",
+                f"max_queue_delay_microseconds: {_join(self.batching.delays_us)}",
+            ]
+            if self.batching.tune_preferred:
+                lines.append("preferred_batch_size: none, max/2, max/4 (when the delay is > 0)")
+        lines.append(f"{self.size} candidates")
+        return lines
+
+    def _base_values(self) -> dict[str, ParamValue]:
+        base = self.base
+        group = base.instance_group[0] if base.instance_group else None
+        count = group.count if group is not None and group.count > 0 else None
+        values: dict[str, ParamValue] = {
+            INSTANCE_COUNT: count or _default_instance_count(base, self.instance_kind),
+            THREAD_COUNT: _int_parameter(base, THREAD_COUNT),
+            PRECISION: config_precision(base),
+            DYNAMIC_BATCHING: base.HasField("dynamic_batching"),
+            MAX_BATCH_SIZE: base.max_batch_size,
+            MAX_QUEUE_DELAY: base.dynamic_batching.max_queue_delay_microseconds,
+        }
+        preferred = list(base.dynamic_batching.preferred_batch_size)
+        values[PREFERRED_BATCH_SIZE] = max(preferred) if preferred else None
+        return values
+
+
+def grid(space: SearchSpace) -> list[Candidate]:
+    """Every valid candidate of `space`, the model's own config first."""
+    return list(space._grid)
+
+
+def build_space(
+    base: mc.ModelConfig, platform: Platform, options: SpaceOptions | None = None
+) -> SearchSpace:
+    """The search space of the model whose config is `base` on `platform`."""
+    options = options or SpaceOptions()
+    backend = backend_name(base)
+    name = base.name or "model"
+    if base.platform == "ensemble" or base.HasField("ensemble_scheduling"):
+        raise ValueError(f"'{name}': ensembles are not tuned; tune their composing models")
+    kind = "KIND_GPU" if platform.gpu else "KIND_CPU"
+    instances = _instance_counts(base, platform, options)
+    threads = None
+    if backend == "onnxruntime" and kind == "KIND_CPU":
+        threads = _thread_choices(base, platform.cpu_count, instances)
+    precisions = _precisions(options.precisions, platform) if backend == "onnxruntime" else None
+    return SearchSpace(
+        model_name=name,
+        base=base,
+        instance_kind=kind,
+        instance_counts=instances,
+        thread_choices=threads,
+        precisions=precisions,
+        batching=_batching_choices(base, options),
+    )
+
+
+def _instance_counts(
+    base: mc.ModelConfig, platform: Platform, options: SpaceOptions
+) -> tuple[int, ...]:
+    if platform.gpu:
+        limit = options.max_instances or DEFAULT_GPU_INSTANCES
+        return tuple(range(1, limit + 1))
+    cores = platform.cpu_count
+    limit = min(cores, options.max_instances or cores)
+    counts = set(range(1, min(limit, 4) + 1)) | set(_powers_of_two(limit)) | {limit}
+    if base.instance_group and 0 < base.instance_group[0].count <= limit:
+        counts.add(base.instance_group[0].count)
+    return tuple(sorted(counts))
+
+
+def _thread_choices(
+    base: mc.ModelConfig, cores: int, instances: Iterable[int]
+) -> dict[int, tuple[int, ...]]:
+    current = _int_parameter(base, THREAD_COUNT)
+    choices = {}
+    for count in instances:
+        limit = max(1, cores // count)
+        threads = set(_powers_of_two(limit)) | {limit}
+        if current is not None and 1 <= current <= limit:
+            threads.add(current)
+        choices[count] = tuple(sorted(threads))
+    return choices
+
+
+def _precisions(requested: Sequence[str], platform: Platform) -> tuple[str, ...]:
+    unknown = [p for p in requested if p not in PRECISIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})"
+        )
+    allowed = [p for p in dict.fromkeys(requested) if p not in TRT_PRECISIONS or platform.tensorrt]
+    if not allowed:
+        raise ValueError(f"none of the precisions {', '.join(requested)} runs on this platform")
+    return tuple(allowed)
+
+
+def _batching_choices(base: mc.ModelConfig, options: SpaceOptions) -> BatchingChoices | None:
+    if base.max_batch_size <= 0 or base.WhichOneof("scheduling_choice") not in (
+        None,
+        "dynamic_batching",
+    ):
+        return None
+    cap = options.max_batch_cap or base.max_batch_size
+    if cap < 2:
+        return None
+    sizes = set(_powers_of_two(cap)) - {1} | {cap}
+    if 2 <= base.max_batch_size <= cap:
+        sizes.add(base.max_batch_size)
+    limit = options.latency_limit_us
+    delays = {d for d in options.delays_us if d == 0 or limit is None or d < limit}
+    base_delay = base.dynamic_batching.max_queue_delay_microseconds
+    if base.HasField("dynamic_batching") and (limit is None or base_delay < limit):
+        delays.add(base_delay)
+    delays.add(0)
+    preferred = list(base.dynamic_batching.preferred_batch_size)
+    return BatchingChoices(
+        max_batch_sizes=tuple(sorted(sizes)),
+        delays_us=tuple(sorted(delays)),
+        base_preferred=max(preferred) if preferred else None,
+        tune_preferred=options.tune_preferred,
+    )
+
+
+def _default_instance_count(base: mc.ModelConfig, kind: str) -> int:
+    # What the server does without a count (Triton's rule: 2 for onnxruntime on the CPU).
+    return 2 if backend_name(base) == "onnxruntime" and kind == "KIND_CPU" else 1
+
+
+def _int_parameter(config: mc.ModelConfig, key: str) -> int | None:
+    if key not in config.parameters:
+        return None
+    try:
+        return int(config.parameters[key].string_value)
+    except ValueError:
+        return None
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    powers, value = [], 1
+    while value <= limit:
+        powers.append(value)
+        value *= 2
+    return powers
+
+
+def _as_int(value: ParamValue) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer choice, got {value!r}")
+    return value
+
+
+def _join(values: Iterable[Any]) -> str:
+    return ", ".join("none" if v is None else str(v) for v in values)
+
+
+def _snapping(wanted: dict[str, ParamValue]) -> Chooser:
+    """Choose the wanted value, or the nearest choice when it is not one."""
+
+    def choose(field_name: str, _name: str, choices: Sequence[ParamValue]) -> ParamValue:
+        value = wanted.get(field_name)
+        if value in choices:
+            return value
+        numbers = [c for c in choices if isinstance(c, int) and not isinstance(c, bool)]
+        if isinstance(value, int) and not isinstance(value, bool) and numbers:
+            return min(numbers, key=lambda c: (abs(c - value), c))
+        if field_name == THREAD_COUNT and value is None:
+            return choices[-1]  # unset: onnxruntime uses every core it is given
+        return choices[0]
+
+    return choose
+
+
+def _enumerate(walk: Callable[[Chooser], Candidate]) -> list[Candidate]:
+    """Every outcome of `walk`: replay it with each sequence of choice indices, depth first."""
+    found: list[Candidate] = []
+
+    def explore(prefix: list[int]) -> None:
+        sizes: list[int] = []
+
+        def choose(_field: str, _name: str, choices: Sequence[ParamValue]) -> ParamValue:
+            at = len(sizes)
+            sizes.append(len(choices))
+            return choices[prefix[at] if at < len(prefix) else 0]
+
+        found.append(walk(choose))
+        taken = prefix + [0] * (len(sizes) - len(prefix))
+        for position in range(len(prefix), len(sizes)):
+            for alternative in range(1, sizes[position]):
+                explore([*taken[:position], alternative])
+
+    explore([])
+    return found
