@@ -67,6 +67,7 @@ from analyzer.perf_run import run_perf
 @click.option("-a", "--async", "async_mode", is_flag=True, help="Asynchronous requests.")
 @click.option("--max-threads", type=int, default=None, help="[default: 16, 4 for rates]")
 @click.option("--json", "json_path", default=None, help="Write the measurements as JSON.")
+@click.option("--html", default=None, help="Write an HTML page with the plots (opens offline).")
 @click.option("--workers", type=int, default=0, help="Load processes; 0: from the load.")
 @click.option("-v", "verbose", count=True, show_default=False, help="Print every window.")
 def perf_command(**values: object) -> None:
@@ -74,8 +75,10 @@ def perf_command(**values: object) -> None:
 
     Each load level (a concurrency, or a request rate) is measured in windows until the
     last three agree within -s percent; the stable windows are merged. Prints a table,
-    and writes perf_analyzer's CSV with -f. Exits non-zero when no level could be
-    measured (unreachable server, unknown model, bad input data, unstable load).
+    writes perf_analyzer's CSV with -f, JSON with --json and a self-contained HTML page
+    (plots of throughput, latency and the server breakdown) with --html. Exits non-zero
+    when no level could be measured (unreachable server, unknown model, bad input data,
+    unstable load).
     """
     values["json"] = values.pop("json_path")
     flags = PerfFlags(**values)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ class Outputs:
     verbose_csv: bool = False
     profile_export: Path | None = None
     json: Path | None = None
+    html: Path | None = None  # --html: a self-contained HTML page with the plots
     verbose: int = 0  # -v: print every measurement window
 
 
@@ -73,6 +74,7 @@ class PerfFlags:
     async_mode: bool = False
     max_threads: int | None = None
     json: str | None = None
+    html: str | None = None
     workers: int = 0
     verbose: int = 0
 
@@ -95,6 +97,7 @@ def build_config(flags: PerfFlags) -> PerfConfig:
         verbose_csv=flags.verbose_csv,
         profile_export=_output_path(flags.profile_export_file, "--profile-export-file"),
         json=_output_path(flags.json, "--json"),
+        html=_output_path(flags.html, "--html"),
         verbose=flags.verbose,
     )
     if outputs.profile_export is not None:

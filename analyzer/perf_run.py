@@ -21,6 +21,7 @@ from analyzer.profiler.level import LevelRun, stabilizing_latency_us
 from analyzer.profiler.sweep import CONCURRENCY, SweepOutcome, SweepSpec, run_sweep
 from analyzer.report.console import print_results
 from analyzer.report.csv_report import CsvLayout, write_csv
+from analyzer.report.html import write_html
 from analyzer.report.json_report import write_json
 from analyzer.report.profile_export import write_profile_export
 
@@ -126,10 +127,47 @@ def _write_outputs(
             write_csv(outputs.csv, reported, layout)
         if outputs.json is not None:
             write_json(outputs.json, reported)
+        if outputs.html is not None:
+            concurrency_mode = config.spec.mode == CONCURRENCY
+            write_html(outputs.html, reported, concurrency_mode, _details(config, outcome))
         if outputs.profile_export is not None:
             write_profile_export(outputs.profile_export, outcome.runs, session.epoch_offset_ns)
     except OSError as exc:
         raise AnalyzerError(f"cannot write {exc.filename}: {exc.strerror}") from None
+
+
+def _details(config: PerfConfig, outcome: SweepOutcome) -> list[tuple[str, str]]:
+    """What the HTML page says about the run (server, model, load, method)."""
+    options, settings, spec = config.options, config.settings, config.spec
+    if spec.mode == CONCURRENCY:
+        load = "concurrency " + _range_text(spec)
+    else:
+        load = f"request rate {_range_text(spec)}/s, {options.request_distribution}"
+    if settings.measurement_mode == "count_windows":
+        windows = f"count windows of {settings.measurement_request_count} requests"
+    else:
+        windows = f"time windows of {settings.measurement_interval_ms} ms"
+    details = [
+        ("Server", f"{options.url} ({options.protocol})"),
+        ("Model", options.model + (f" version {options.version}" if options.version else "")),
+        ("Batch size", str(options.batch_size)),
+        ("Load", load + (", binary search" if spec.binary_search else "")),
+        (
+            "Measurement",
+            f"{windows}, stable within {settings.stability_percentage:g}% "
+            f"(at most {settings.max_trials} windows)",
+        ),
+    ]
+    if outcome.stop_reason:
+        details.append(("Stopped", outcome.stop_reason))
+    return details
+
+
+def _range_text(spec: SweepSpec) -> str:
+    if spec.end is None or spec.end == spec.start:
+        return f"{spec.start:g}"
+    end = "until the latency threshold" if spec.unbounded else f"{spec.end:g}"
+    return f"{spec.start:g} to {end} step {spec.step:g}"
 
 
 def _response_cache_enabled(session: PerfSession) -> bool:

@@ -17,7 +17,9 @@ from serve.cli import serve_command
 from tuner.budget import LatencyBudget, parse_duration_us
 from tuner.console import TuneConsole
 from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
+from tuner.gate.cli import baseline_command, gate_command
 from tuner.precision import PrecisionError
+from tuner.report.cli import report_command
 from tuner.run import Hooks, TuneError, TuneOptions, model_names, tune_model
 
 EXIT_NO_FEASIBLE = 3
@@ -238,3 +240,6 @@ def run_tuning(options: TuneOptions) -> int:
 
 main.add_command(serve_command)
 main.add_command(perf_command)
+main.add_command(baseline_command)
+main.add_command(gate_command)
+main.add_command(report_command)

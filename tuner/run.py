@@ -7,7 +7,7 @@ import hashlib
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -47,6 +47,7 @@ class TuneOptions:
     report_dir: Path = Path("reports")
     cache_dir: Path = DEFAULT_CACHE_DIR
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    space: SpaceOptions = field(default_factory=SpaceOptions)  # narrows the search space
 
 
 @dataclass(slots=True)
@@ -126,7 +127,7 @@ def tune_model(
     space = build_space(
         config,
         platform,
-        SpaceOptions(precisions=usable, latency_limit_us=options.budget.limit_us),
+        replace(options.space, precisions=usable, latency_limit_us=options.budget.limit_us),
     )
     settings = SearchSettings(
         budget=options.budget,

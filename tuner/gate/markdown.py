@@ -1,0 +1,48 @@
+"""The gate's outcome as a Markdown table, for a PR comment or a job summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from serve.config.model_config import write_text_atomic
+from tuner.gate.gating import GateOutcome
+
+
+def gate_markdown(outcome: GateOutcome, baseline_path: Path) -> str:
+    regressions = outcome.regressions
+    verdict = (
+        f"❌ {len(regressions)} regression{'s' if len(regressions) != 1 else ''}"
+        if regressions
+        else "✅ passed"
+    )
+    lines = [
+        f"## Performance gate: {verdict}",
+        "",
+        f"Compared with `{baseline_path}`, tolerance {outcome.tolerance.describe()} "
+        "(throughput may not fall, nor p95 latency rise, by more).",
+        "",
+        "| | model | concurrency | metric | baseline | now | change | attempts |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for check in outcome.checks:
+        label, unit, before, after = check.values()
+        mark = "❌" if check.regressed else "✅"
+        lines.append(
+            f"| {mark} | {_cell(check.model)} | {check.concurrency} | {label} ({unit}) | "
+            f"{before} | {after} | {check.change * 100:+.1f}% | {check.attempts} |"
+        )
+    if regressions:
+        lines += ["", "**Regressions**", ""]
+        lines += [f"- {_cell(check.describe())}" for check in regressions]
+    if outcome.notes:
+        lines += ["", "**Notes**", ""]
+        lines += [f"- {_cell(note)}" for note in outcome.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: Path, outcome: GateOutcome, baseline_path: Path) -> None:
+    write_text_atomic(path, gate_markdown(outcome, baseline_path))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

@@ -1,0 +1,182 @@
+"""The server the baseline and the gate measure: one at --url, or our own on the repository
+(a free loopback port, only the models asked for loaded), and what it serves."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from analyzer.aio import run as run_async
+from analyzer.client.http import HttpClient
+from analyzer.errors import AnalyzerError
+from serve.errors import ServeError
+from serve.repository.discovery import model_directories
+from tuner.server_control import _die_with_parent
+
+_STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
+STARTUP_TIMEOUT_S = 180.0
+
+
+class TargetError(Exception):
+    """The server cannot be started or reached, or lacks a model: an environment error."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    name: str
+    version: str
+    config_sha256: str
+
+
+def models_on_disk(repository: Path) -> list[str]:
+    try:
+        return [d.name for d in model_directories(repository)]
+    except ServeError as exc:
+        raise TargetError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def served(url: str | None, repository: Path, models: Sequence[str]) -> Iterator[str]:
+    """Yield the host:port to measure: `url` as given, or a server of ours started on
+    `repository` with `models` loaded (all of them when empty), stopped on exit."""
+    if url:
+        yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="autotune-gate-") as scratch:
+        log_path = Path(scratch) / "server.log"
+        process, address = _start(repository, models, log_path)
+        try:
+            yield address
+        except AnalyzerError as exc:
+            if process.poll() is None:
+                raise
+            raise TargetError(
+                f"{exc}\nthe server exited with {process.returncode}:\n{_tail(log_path)}"
+            ) from None
+        finally:
+            _stop(process)
+
+
+def _start(
+    repository: Path, models: Sequence[str], log_path: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    command = [
+        sys.executable,
+        "-m",
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--http-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+    ]
+    if models:
+        command += ["--model-control-mode", "explicit"]
+        for name in models:
+            command += ["--load-model", name]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        match = _STARTED.search(log_path.read_text(errors="replace"))
+        if match:
+            return process, f"{match.group(1)}:{match.group(2)}"
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    _stop(process)
+    raise TargetError(f"the server on {repository} did not start:\n{_tail(log_path)}")
+
+
+def _tail(log_path: Path, lines: int = 15) -> str:
+    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def survey(url: str, names: Sequence[str]) -> list[ServedModel]:
+    """The models `names` (every ready model when empty) as the server at `url` serves them;
+    TargetError when it is unreachable or a model is missing or not ready."""
+    try:
+        return run_async(_survey(url, names))
+    except AnalyzerError as exc:
+        raise TargetError(str(exc)) from None
+
+
+async def _survey(url: str, names: Sequence[str]) -> list[ServedModel]:
+    client = HttpClient(url)
+    try:
+        await client.server_metadata()
+        states = await _index(client)
+        chosen = list(names) or [n for n, (state, _, _) in states.items() if state == "READY"]
+        problems = [_problem(name, states) for name in chosen]
+        problems = [p for p in problems if p]
+        if problems:
+            raise TargetError("; ".join(problems))
+        if not chosen:
+            raise TargetError(f"the server at {url} serves no ready model")
+        served_models = []
+        for name in chosen:
+            config = await client.model_config(name)
+            served_models.append(ServedModel(name, states[name][2], config_hash(config)))
+        return served_models
+    finally:
+        await client.close()
+
+
+async def _index(client: HttpClient) -> dict[str, tuple[str, str, str]]:
+    """name -> (state, reason, highest ready version) from the repository index."""
+    status, body = await client.request("POST", "/v2/repository/index", b"{}")
+    if status != 200:
+        raise TargetError(
+            f"the server at {client.endpoint.address} refused the repository index: HTTP {status}"
+        )
+    states: dict[str, tuple[str, str, str]] = {}
+    for entry in orjson.loads(body):
+        name = str(entry.get("name", ""))
+        state = str(entry.get("state", "")) or "UNLOADED"
+        version = str(entry.get("version", ""))
+        known = states.get(name)
+        if known is None or (state == "READY" and known[0] != "READY"):
+            states[name] = (state, str(entry.get("reason", "")), version)
+        elif state == "READY" and version.isdigit() and known[2].isdigit():
+            states[name] = (state, "", str(max(int(version), int(known[2]))))
+    return states
+
+
+def _problem(name: str, states: dict[str, tuple[str, str, str]]) -> str:
+    if name not in states:
+        return f"model '{name}' is not in the repository (models: {', '.join(states) or 'none'})"
+    state, reason, _ = states[name]
+    if state != "READY":
+        return f"model '{name}' is {state}" + (f": {reason}" if reason else "")
+    return ""
+
+
+def config_hash(config: dict[str, object]) -> str:
+    """sha256 of the served config, keys sorted: the same config gives the same hash."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,175 @@
+"""The HTML (text and tables) sections of a model's tuning report: summary with the config
+diff, the precision variants' accuracy check, and every trial."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Any
+
+from analyzer.report.html_page import Cell, definition_list, note, number, table
+from tuner.report.summary import ModelSummary, TrialView
+
+
+def summary_section(summary: ModelSummary) -> str:
+    """Model, budget, platform, the outcome in a sentence, default vs best, the diff."""
+    trials = summary.trials
+    feasible = sum(t.feasible for t in trials)
+    facts = [
+        ("Model", summary.model),
+        ("Budget", summary.budget),
+        ("Platform", summary.platform),
+        ("Study", summary.study),
+        ("Trials", f"{len(trials)} ({feasible} feasible); {summary.data.get('stop_reason', '')}"),
+    ]
+    parts = [definition_list(facts), f"<p>{_verdict(summary)}</p>"]
+    parts.append(
+        table(
+            ["", "Infer/s", "p50 ms", "p95 ms", "p99 ms", "Concurrency", "Trial", "Config"],
+            [
+                _compare_row(label, t)
+                for label, t in (("default", summary.default), ("best", summary.best))
+            ],
+            highlight=[1],
+        )
+    )
+    parts.append("<h3>Configuration changes</h3>" + _diff(summary))
+    written = summary.written
+    if written.get("config"):
+        text = f"Written to {written['config']}"
+        if written.get("backup"):
+            text += f"; the previous config is kept as {written['backup']}"
+        parts.append(note(text + "."))
+    elif summary.best is not None:
+        parts.append(note("Nothing was written back (dry run)."))
+    return "".join(parts)
+
+
+def _verdict(summary: ModelSummary) -> str:
+    best, default = summary.best, summary.default
+    if best is None or best.throughput is None:
+        lowest = summary.lowest_latency
+        reached = (
+            f"the lowest p{summary.percentile} latency reached was "
+            f"{lowest.latency_us / 1000:.2f} ms (trial {lowest.number})"
+            if lowest is not None and lowest.latency_us is not None
+            else "no trial could be measured"
+        )
+        return (
+            f'<span class="bad">No configuration meets {html.escape(summary.budget)}</span>: '
+            f"{html.escape(reached)}; nothing was written."
+        )
+    text = (
+        f'<span class="ok">Best: {best.throughput:,.1f} infer/s</span> at '
+        f"p{summary.percentile} {_ms(best.latency_us)} (trial {best.number})"
+    )
+    if default is not None and default.throughput:
+        ratio = best.throughput / default.throughput
+        text += (
+            f", against {default.throughput:,.1f} infer/s at {_ms(default.latency_us)} for the "
+            f"default configuration: <strong>{ratio:.2f}x</strong> the throughput"
+        )
+    return text + "."
+
+
+def _ms(value_us: float | None) -> str:
+    return "-" if value_us is None else f"{value_us / 1000:.2f} ms"
+
+
+def _compare_row(label: str, trial: TrialView | None) -> list[Cell | str]:
+    if trial is None:
+        return [label, *(["-"] * 6), "not measured"]
+    return [
+        label,
+        number(trial.throughput),
+        *(number(trial.metric(k), 2, 1000) for k in ("p50_us", "p95_us", "p99_us")),
+        number(trial.metric("concurrency"), 0),
+        number(trial.number, 0),
+        Cell(trial.key),
+    ]
+
+
+def _diff(summary: ModelSummary) -> str:
+    changes = summary.changes
+    if not changes:
+        if summary.best is None:
+            return note("No change: no configuration met the budget.")
+        return note("No change: the configuration as it is was the best found.")
+    rows = [
+        [
+            Cell(f"<code>{html.escape(field)}</code>", raw=True),
+            Cell(f'<span class="old">{html.escape(old)}</span>', raw=True),
+            Cell(f'<span class="new">{html.escape(new)}</span>', raw=True),
+        ]
+        for field, old, new in changes
+    ]
+    return table(["Field", "Old", "New"], rows, css_id=f"{summary.anchor}-diff")
+
+
+def accuracy_section(summary: ModelSummary) -> str:
+    """One row per precision variant: metric, value, drop, limit and the verdict."""
+    variants = summary.variants
+    if not variants:
+        return note("No precision variant was prepared.")
+    rows = [_variant_row(v) for v in variants]
+    headers = ["Precision", "Method", "Metric", "Value", "Drop", "Limit", "Verdict"]
+    source = str(summary.data.get("validation_source") or "")
+    text = note(f"Checked on {source}.") if source else ""
+    return table(headers, rows) + text
+
+
+def _variant_row(variant: Mapping[str, Any]) -> list[Cell | str]:
+    accuracy = variant.get("accuracy")
+    method = str(variant.get("method") or "")
+    if variant.get("error"):
+        verdict = Cell(
+            f'<span class="bad">unusable: {html.escape(str(variant["error"]))}</span>', raw=True
+        )
+    elif accuracy is None:
+        verdict = Cell("reference" if variant.get("usable") else "not checked")
+    elif accuracy.get("passed"):
+        verdict = Cell('<span class="ok">passed</span>', raw=True)
+    else:
+        reason = html.escape(str(accuracy.get("reason") or ""))
+        verdict = Cell(f'<span class="bad">failed</span> {reason}', raw=True)
+    if accuracy is None:
+        return [str(variant.get("precision")), method, "-", "-", "-", "-", verdict]
+    return [
+        str(variant.get("precision")),
+        method,
+        str(accuracy.get("metric") or ""),
+        number(accuracy.get("value"), 4),
+        number(accuracy.get("drop"), 4),
+        number(accuracy.get("limit"), 4),
+        verdict,
+    ]
+
+
+def trials_section(summary: ModelSummary) -> str:
+    """Every trial, sortable by any column; the best one highlighted."""
+    headers = ["#", "State", "Feasible", "Config", "Infer/s", "p50 ms", "p95 ms", "p99 ms"]
+    headers += ["Concurrency", "Duration s", "Reused from", "Message"]
+    best = summary.best.number if summary.best is not None else None
+    trials = sorted(summary.trials, key=lambda t: t.number)
+    rows = [_trial_row(t) for t in trials]
+    highlight = [i for i, t in enumerate(trials) if t.number == best]
+    table_id = f"{summary.anchor}-trials-table"
+    return table(headers, rows, sortable=True, css_id=table_id, highlight=highlight) + note(
+        "Click a column header to sort."
+    )
+
+
+def _trial_row(trial: TrialView) -> list[Cell | str]:
+    outcome = trial.outcome
+    return [
+        number(trial.number, 0),
+        trial.state,
+        Cell("yes", 1) if trial.feasible else Cell("no", 0),
+        Cell(trial.key),
+        number(trial.throughput),
+        *(number(trial.metric(k), 2, 1000) for k in ("p50_us", "p95_us", "p99_us")),
+        number(trial.metric("concurrency"), 0),
+        number(trial.duration_s, 1),
+        number(trial.reused_from, 0),
+        outcome.message if outcome is not None else "",
+    ]
