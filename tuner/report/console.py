@@ -26,14 +26,14 @@ def print_model(summary: ModelSummary, console: Console) -> None:
         title_justify="left",
     )
     table.add_column("")
-    for column in ("infer/s", "p50 ms", "p95 ms", "p99 ms", "concurrency", "trial", "config"):
-        if column == "config":
-            table.add_column(column, overflow="fold")
-        else:
-            table.add_column(column, justify="right")
+    for column in ("infer/s", "p50 ms", "p95 ms", "p99 ms", "concurrency", "trial"):
+        table.add_column(column, justify="right")
     for label, trial in (("default", summary.default), ("best", summary.best)):
         table.add_row(label, *_row(trial), style="bold" if label == "best" else None)
     console.print(table)
+    for label, trial in (("default", summary.default), ("best", summary.best)):
+        if trial is not None:
+            console.print(f"  {label}: {escape(trial.key)}")
     best, default = summary.best, summary.default
     if best is None or not best.throughput:
         console.print(f"  [red]no configuration meets {escape(summary.budget)}[/]")
@@ -52,13 +52,12 @@ def print_model(summary: ModelSummary, console: Console) -> None:
 
 def _row(trial: TrialView | None) -> list[str]:
     if trial is None or trial.outcome is None:
-        return ["-"] * 7
+        return ["-"] * 6
     return [
         f"{trial.outcome.throughput:,.1f}",
         *(_ms(trial.metric(k)) for k in ("p50_us", "p95_us", "p99_us")),
         f"{trial.metric('concurrency') or 0:.0f}",
         str(trial.number),
-        escape(trial.key),
     ]
 
 
