@@ -34,7 +34,8 @@ h2 { font-size: 20px; margin: 24px 0 4px; }
 h3 { font-size: 16px; margin: 4px 0 8px; }
 p.note { color: #52606d; font-size: 13px; }
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
-th, td { border-bottom: 1px solid #e4e7eb; padding: 4px 10px; text-align: left; }
+th, td { border-bottom: 1px solid #e4e7eb; padding: 4px 10px; text-align: left;
+  vertical-align: top; max-width: 36em; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th[aria-sort=ascending]::after { content: " \\25B2"; }

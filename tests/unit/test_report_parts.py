@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pytest
 
+from analyzer.errors import AnalyzerError
+from analyzer.perf_config import PerfFlags, build_config
 from analyzer.report.html_page import HtmlPage, table
 from tuner.report.figures import pareto_front
 from tuner.report.importance import MIN_COMPLETED_TRIALS, importances, study_importances
@@ -59,3 +62,11 @@ def test_a_page_without_figures_carries_no_plotly_and_escapes_text() -> None:
     text = page.render()
     assert "plotly.js" not in text
     assert "<title>&lt;model&gt;</title>" in text and "<td>&lt;b&gt;</td>" in text
+
+
+def test_perf_html_in_a_missing_folder_is_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "perf.html"
+    with pytest.raises(AnalyzerError, match=f"--html {missing}: the folder"):
+        build_config(PerfFlags(model="digits", html=str(missing)))
+    config = build_config(PerfFlags(model="digits", html=str(tmp_path / "perf.html")))
+    assert config.outputs.html == tmp_path / "perf.html"

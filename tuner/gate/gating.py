@@ -90,8 +90,8 @@ def _judge(
     best = attempts[0]
     found = checks(model, load, best, tolerance)
     while any(c.regressed for c in found) and len(attempts) <= retries:
-        worst = next(c for c in found if c.regressed)
-        say(f"measuring again ({len(attempts) + 1} of {retries + 1}): {worst.describe()}")
+        first = next(c for c in found if c.regressed)
+        say(f"measuring again ({len(attempts) + 1} of {retries + 1}): {first.describe()}")
         time.sleep(RETRY_PAUSE_S)
         attempts.append(measure_point(url, model, load.concurrency, baseline.settings))
         best = best_of(attempts)

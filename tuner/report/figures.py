@@ -93,17 +93,22 @@ def history_figure(summary: ModelSummary) -> go.Figure:
     """Each trial's throughput by trial number, and the best feasible throughput so far."""
     fig = go.Figure()
     trials = sorted(summary.trials, key=lambda t: t.number)
-    measured = [t for t in trials if t.throughput]
-    fig.add_scatter(
-        name="trial",
-        mode="markers",
-        x=[t.number for t in measured],
-        y=[t.throughput for t in measured],
-        marker={"color": [FEASIBLE if t.feasible else INFEASIBLE for t in measured], "size": 9},
-        customdata=[[t.key, _status(t)] for t in measured],
-        hovertemplate="trial %{x}: %{y:,.1f} infer/s<br>%{customdata[0]}<br>%{customdata[1]}"
-        "<extra></extra>",
-    )
+    for feasible, name, color, symbol in (
+        (True, "feasible trial", FEASIBLE, "circle"),
+        (False, "infeasible trial", INFEASIBLE, "x"),
+    ):
+        group = [t for t in trials if t.throughput and t.feasible == feasible]
+        if group:
+            fig.add_scatter(
+                name=name,
+                mode="markers",
+                x=[t.number for t in group],
+                y=[t.throughput for t in group],
+                marker={"color": color, "symbol": symbol, "size": 9},
+                customdata=[[t.key, _status(t)] for t in group],
+                hovertemplate="trial %{x}: %{y:,.1f} infer/s<br>%{customdata[0]}"
+                "<br>%{customdata[1]}<extra></extra>",
+            )
     best: float | None = None
     numbers: list[int] = []
     values: list[float | None] = []

@@ -93,8 +93,10 @@ class ModelSummary:
             raise ReportError(f"cannot read {path}: {exc}") from None
         try:
             return cls.from_json(folder, data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ReportError(f"{path} is not a tuning summary: {exc!r}") from None
+        except KeyError as exc:
+            raise ReportError(f"{path} is not a tuning summary: it has no {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ReportError(f"{path} is not a tuning summary: {exc}") from None
 
     @classmethod
     def from_json(cls, folder: Path, data: Mapping[str, Any]) -> ModelSummary:
