@@ -151,7 +151,28 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     show_default=True,
 )
 @click.pass_context
-def main(ctx: click.Context, **flags: object) -> None:
+def main(
+    ctx: click.Context,
+    latency_p95: float | None,
+    latency_p99: float | None,
+    latency_p90: float | None,
+    min_throughput: float | None,
+    models: tuple[str, ...],
+    model_repository: Path,
+    trials: int,
+    time_budget: float | None,
+    search: str,
+    precisions: tuple[str, ...],
+    max_accuracy_drop: float,
+    validation_data: Path | None,
+    measurement_interval: int,
+    storage: str | None,
+    study_name: str | None,
+    seed: int,
+    dry_run: bool,
+    output_repository: Path | None,
+    report_dir: Path,
+) -> None:
     """Serve Triton model repositories, measure them, and tune their configurations.
 
     Without a subcommand, tunes: `autotune --latency-p95 10ms` searches, for each model,
@@ -160,39 +181,34 @@ def main(ctx: click.Context, **flags: object) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    budgets = [(p, flags[f"latency_p{p}"]) for p in (95, 99, 90) if flags[f"latency_p{p}"]]
-    if not budgets:
+    given = [(p, v) for p, v in ((95, latency_p95), (99, latency_p99), (90, latency_p90)) if v]
+    if not given:
         click.echo(ctx.get_help())
         ctx.exit(0)
-    if len(budgets) > 1:
+    if len(given) > 1:
         raise click.UsageError(
             "give one latency budget: --latency-p95, --latency-p99 or --latency-p90"
         )
-    percentile, limit = budgets[0]
-    assert isinstance(limit, float)
-    time_budget = flags["time_budget"]
+    percentile, limit = given[0]
     options = TuneOptions(
-        repository=Path(str(flags["model_repository"])),
+        repository=model_repository,
         budget=LatencyBudget(percentile, limit),
-        models=tuple(str(m) for m in flags["models"]),  # type: ignore[attr-defined]
-        trials=int(flags["trials"]),  # type: ignore[call-overload]
-        time_budget_s=time_budget if isinstance(time_budget, float) else None,
-        search=str(flags["search"]),
-        precisions=flags["precisions"],  # type: ignore[arg-type]
-        max_accuracy_drop=float(flags["max_accuracy_drop"]),  # type: ignore[arg-type]
-        validation_data=flags["validation_data"],  # type: ignore[arg-type]
-        storage=flags["storage"],  # type: ignore[arg-type]
-        study_name=flags["study_name"],  # type: ignore[arg-type]
-        seed=int(flags["seed"]),  # type: ignore[call-overload]
-        min_throughput=flags["min_throughput"],  # type: ignore[arg-type]
-        dry_run=bool(flags["dry_run"]),
-        output_repository=flags["output_repository"],  # type: ignore[arg-type]
-        report_dir=Path(str(flags["report_dir"])),
+        models=models,
+        trials=trials,
+        time_budget_s=time_budget,
+        search=search,
+        precisions=precisions,
+        max_accuracy_drop=max_accuracy_drop,
+        validation_data=validation_data,
+        storage=storage,
+        study_name=study_name,
+        seed=seed,
+        min_throughput=min_throughput,
+        dry_run=dry_run,
+        output_repository=output_repository,
+        report_dir=report_dir,
         evaluation=EvaluationSettings(
-            measure=replace(
-                TRIAL_MEASUREMENT,
-                measurement_interval_ms=int(flags["measurement_interval"]),  # type: ignore[call-overload]
-            )
+            measure=replace(TRIAL_MEASUREMENT, measurement_interval_ms=measurement_interval)
         ),
     )
     sys.exit(run_tuning(options))
