@@ -19,6 +19,7 @@ from tuner.console import TuneConsole
 from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
 from tuner.gate.cli import baseline_command, gate_command
 from tuner.precision import PrecisionError
+from tuner.report import render_run_report
 from tuner.report.cli import report_command
 from tuner.run import Hooks, TuneError, TuneOptions, model_names, tune_model
 
@@ -88,7 +89,7 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 )
 @click.option(
     "--model-repository",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path),
     default=Path("model_repository"),
     show_default=True,
 )
@@ -222,6 +223,9 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 def run_tuning(options: TuneOptions) -> int:
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console says what matters
+    if not options.repository.is_dir():
+        click.echo(f"error: model repository {options.repository} is not a directory", err=True)
+        return 2
     try:
         names = model_names(options)
     except TuneError as exc:
@@ -249,6 +253,7 @@ def run_tuning(options: TuneOptions) -> int:
                 console.console.print("[yellow]interrupted: the study is kept and resumes next run")
                 return 130
             console.summary(report)
+            console.note(f"report: {render_run_report(options.report_dir)}")
             if report.best is None:
                 exit_code = EXIT_NO_FEASIBLE
     return exit_code

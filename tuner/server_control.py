@@ -30,7 +30,7 @@ _PR_SET_PDEATHSIG = 1
 _STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: ask Linux to send SIGTERM when the tuner dies, even by SIGKILL, so no
     server outlives its tuning run."""
     if sys.platform.startswith("linux"):
@@ -94,7 +94,7 @@ class TuningServer:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + self._timeout

@@ -150,3 +150,10 @@ def test_malformed_budget_is_a_usage_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "10 parsecs" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_subcommands_work_outside_a_project_folder(tmp_path: Path) -> None:
+    perf = autotune(tmp_path, "perf", "-m", "x", "-u", "127.0.0.1:1")
+    assert perf.returncode == 1 and "cannot reach the server" in perf.stderr
+    tune = autotune(tmp_path, "--latency-p95", "5ms")
+    assert tune.returncode == 2 and "model_repository is not a directory" in tune.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyzer.api import measure
+from analyzer.errors import AnalyzerError
 from analyzer.load.base import LoadLevel
 from analyzer.load.options import LoadOptions
 from analyzer.measurement import Measurement
@@ -11,18 +12,24 @@ from tuner.gate.baseline_file import GateSettings, LoadPoint
 
 
 def measure_point(url: str, model: str, concurrency: int, settings: GateSettings) -> LoadPoint:
-    """Measure `model` at `concurrency`; AnalyzerError when no request succeeds."""
-    measurement = measure(
-        LoadOptions(url=url, model=model, batch_size=settings.batch_size, worker_processes=1),
-        LoadLevel(concurrency=concurrency),
-        MeasureSettings(
-            measurement_interval_ms=settings.measurement_interval_ms,
-            stability_percentage=settings.stability_percentage,
-            max_trials=settings.max_trials,
-            warmup_request_count=settings.warmup_request_count,
-        ),
+    """Measure `model` at `concurrency`. A measurement that fails (typically a window in which
+    no request completed, on a stalled machine) is tried once more; AnalyzerError, naming the
+    model and load, when that fails too."""
+    options = LoadOptions(url=url, model=model, batch_size=settings.batch_size, worker_processes=1)
+    measure_settings = MeasureSettings(
+        measurement_interval_ms=settings.measurement_interval_ms,
+        stability_percentage=settings.stability_percentage,
+        max_trials=settings.max_trials,
+        warmup_request_count=settings.warmup_request_count,
     )
-    return to_point(measurement)
+    try:
+        return to_point(measure(options, LoadLevel(concurrency=concurrency), measure_settings))
+    except AnalyzerError:
+        pass
+    try:
+        return to_point(measure(options, LoadLevel(concurrency=concurrency), measure_settings))
+    except AnalyzerError as exc:
+        raise AnalyzerError(f"measuring {model} @ concurrency {concurrency}: {exc}") from None
 
 
 def to_point(m: Measurement) -> LoadPoint:

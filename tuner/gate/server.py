@@ -23,7 +23,7 @@ from analyzer.client.http import HttpClient
 from analyzer.errors import AnalyzerError
 from serve.errors import ServeError
 from serve.repository.discovery import model_directories
-from tuner.server_control import _die_with_parent
+from tuner.server_control import die_with_parent
 
 _STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
 STARTUP_TIMEOUT_S = 180.0
@@ -89,7 +89,7 @@ def _start(
             command += ["--load-model", name]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
         )
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
