@@ -5,14 +5,13 @@ For `resnet18` and `digits` it measures, in one run on this machine:
      as the model's config.pbtxt), and
   2. the throughput `autotune serve` delivers over HTTP (binary tensors, keep-alive
      connections, one-row requests as clients send them) with the model's dynamic batching,
-     at a concurrency that keeps the server busy,
+     at a concurrency that keeps the server busy, measured by `autotune perf`'s engine,
 and prints both with their ratio. Run: python benchmarks/serving_efficiency.py [--seconds 10]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import re
 import subprocess
@@ -21,13 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
 import numpy as np
 import onnxruntime as ort
-import orjson
 import psutil
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.api import measure
+from analyzer.load.base import LoadLevel
+from analyzer.load.options import LoadOptions
+from analyzer.profiler.settings import MeasureSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "model_repository"
@@ -82,56 +84,20 @@ def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen[bytes], 
     raise RuntimeError(f"server did not start:\n{log.read_text()}")
 
 
-def binary_request(name: str, shape: tuple[int, ...]) -> tuple[bytes, dict[str, str]]:
-    data = np.random.default_rng(1).random((1, *shape), dtype=np.float32).tobytes()
-    header = orjson.dumps(
-        {
-            "inputs": [
-                {
-                    "name": name,
-                    "shape": [1, *shape],
-                    "datatype": "FP32",
-                    "parameters": {"binary_data_size": len(data)},
-                }
-            ],
-            "outputs": [{"name": "logits", "parameters": {"binary_data": True}}],
-        }
+def served_throughput(url: str, model: str, seconds: float) -> float:
+    """Inferences/s measured by the analyzer (perf_analyzer's method, binary tensors)."""
+    _, _, _, concurrency = MODELS[model]
+    measurement = measure(
+        LoadOptions(url=url, model=model),
+        LoadLevel(concurrency=concurrency),
+        MeasureSettings(
+            measurement_interval_ms=int(seconds * 1000 / 3),
+            stability_percentage=20,
+            max_trials=12,
+            warmup_request_count=100,
+        ),
     )
-    return header + data, {
-        "Inference-Header-Content-Length": str(len(header)),
-        "Content-Type": "application/octet-stream",
-    }
-
-
-async def served_throughput(base: str, model: str, seconds: float) -> float:
-    name, shape, _, concurrency = MODELS[model]
-    body, headers = binary_request(name, shape)
-    url = f"{base}/v2/models/{model}/infer"
-    completed = 0
-    failures = 0
-    measuring = False
-
-    async def worker(session: aiohttp.ClientSession, stop_at: float) -> None:
-        nonlocal completed, failures
-        while time.perf_counter() < stop_at:
-            async with session.post(url, data=body, headers=headers) as response:
-                await response.read()
-                if response.status != 200:
-                    failures += 1
-                elif measuring:
-                    completed += 1
-
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        warm_until = time.perf_counter() + min(3.0, seconds / 3)
-        await asyncio.gather(*(worker(session, warm_until) for _ in range(concurrency)))
-        measuring = True
-        start = time.perf_counter()
-        await asyncio.gather(*(worker(session, start + seconds) for _ in range(concurrency)))
-        elapsed = time.perf_counter() - start
-    if failures:
-        raise RuntimeError(f"{failures} requests to {model} failed")
-    return completed / elapsed
+    return measurement.throughput
 
 
 def main() -> None:
@@ -157,7 +123,7 @@ def main() -> None:
             server = psutil.Process(process.pid)
             for model in MODELS:
                 before, started = server.cpu_times(), time.perf_counter()
-                served[model] = asyncio.run(served_throughput(base, model, args.seconds))
+                served[model] = served_throughput(base.removeprefix("http://"), model, args.seconds)
                 after, elapsed = server.cpu_times(), time.perf_counter() - started
                 used = (after.user + after.system) - (before.user + before.system)
                 server_cpu[model] = used / elapsed
