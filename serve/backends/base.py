@@ -59,6 +59,11 @@ class LoadWarnings:
 class ModelInstance(abc.ABC):
     """One loaded copy of a model (one member of an instance group)."""
 
+    # True when execute() never waits on anything but its own computation, so that a batch
+    # measured to take only microseconds may run on the event loop's thread (see
+    # serve.scheduler.instance_worker). Backends that wait on other processes or I/O keep False.
+    inline_when_quick: bool = False
+
     def __init__(self, context: InstanceContext) -> None:
         self.context = context
 

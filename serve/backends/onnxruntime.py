@@ -138,6 +138,8 @@ def execution_providers(config: mc.ModelConfig, kind: str) -> tuple[list[Any], l
 
 
 class OnnxRuntimeInstance(ModelInstance):
+    inline_when_quick = True
+
     def __init__(self, context: InstanceContext) -> None:
         super().__init__(context)
         self._session: ort.InferenceSession | None = None

@@ -4,7 +4,8 @@ the event loop when the model is so quick that handing over to a thread costs mo
 Handing a batch to a thread and its results back costs two thread wake-ups and GIL hand-overs
 (measured here: about a third of the throughput of a model that computes in ~50 us). A batch
 that recently took less than `INLINE_BELOW_NS` therefore runs on the loop's thread; anything
-slower, and every batch before the first measurement, runs on the instance's own thread.
+slower, every batch before the first measurement, and every batch of a backend that may wait on
+something else (`ModelInstance.inline_when_quick` False), runs on the instance's own thread.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class InstanceWorker:
             raise RuntimeError(f"instance {self.name} is already executing a batch")
         self._busy.set()
         recent = self._recent_ns
-        if recent is not None and recent < INLINE_BELOW_NS:
+        if self.instance.inline_when_quick and recent is not None and recent < INLINE_BELOW_NS:
             results, times = self._execute(requests)
             self._loop.call_soon(on_done, self, results, times)
         else:

@@ -17,13 +17,14 @@ from serve.scheduler.instance_worker import INLINE_BELOW_NS, InstanceWorker
 
 
 class RecordingInstance(ModelInstance):
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, inline_when_quick: bool = True) -> None:
         super().__init__(
             InstanceContext(
                 "m", 1, Path("."), Path("."), Path("m.onnx"), mc.ModelConfig(), "m_0", 0
             )
         )
         self.seconds = seconds
+        self.inline_when_quick = inline_when_quick
         self.threads: list[int] = []
 
     def load(self) -> None:
@@ -45,8 +46,8 @@ async def _run_batches(worker: InstanceWorker, count: int) -> None:
         assert np.array_equal(results[0]["y"], np.zeros((1, 2)))
 
 
-def _threads_used(seconds: float) -> tuple[list[int], int]:
-    instance = RecordingInstance(seconds)
+def _threads_used(seconds: float, inline_when_quick: bool = True) -> tuple[list[int], int]:
+    instance = RecordingInstance(seconds, inline_when_quick)
 
     async def main() -> int:
         worker = InstanceWorker(instance, asyncio.get_running_loop())
@@ -70,3 +71,8 @@ def test_slow_batches_stay_on_the_instance_thread() -> None:
     threads, loop_thread = _threads_used(INLINE_BELOW_NS / 1e9 * 5)
     assert loop_thread not in threads
     assert len(set(threads)) == 1  # always the same, single thread
+
+
+def test_backends_that_may_wait_never_run_inline() -> None:
+    threads, loop_thread = _threads_used(0.0, inline_when_quick=False)
+    assert loop_thread not in threads
