@@ -9,15 +9,10 @@ to the precision variants, so a candidate is a config (which may name a variant 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
-import re
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,17 +20,12 @@ import httpx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.config.model_config import config_to_json
-
-_PR_SET_PDEATHSIG = 1
-_STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
-
-
-def die_with_parent() -> None:
-    """In the child: ask Linux to send SIGTERM when the tuner dies, even by SIGKILL, so no
-    server outlives its tuning run."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+from tuner.serve_process import (
+    ServeProcessError,
+    log_tail,
+    start_serve_process,
+    stop_serve_process,
+)
 
 
 class ServerError(RuntimeError):
@@ -77,37 +67,16 @@ class TuningServer:
         link.symlink_to(path.resolve())
 
     def start(self) -> None:
-        log = self._log_path.open("wb")
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "serve",
-                "--model-repository",
-                str(self.repository),
-                "--model-control-mode",
-                "explicit",
-                "--http-port",
-                "0",
-                "--host",
-                "127.0.0.1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
-        log.close()
-        deadline = time.monotonic() + self._timeout
-        while time.monotonic() < deadline:
-            match = _STARTED.search(self._log_path.read_text(errors="replace"))
-            if match:
-                self.url = f"{match.group(1)}:{match.group(2)}"
-                return
-            if self._process.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise ServerError(f"the tuning server did not start:\n{self.log_tail()}")
+        try:
+            self._process, self.url = start_serve_process(
+                self.repository,
+                self._log_path,
+                ("--model-control-mode", "explicit"),
+                self._timeout,
+            )
+        except ServeProcessError as exc:
+            self.stop()
+            raise ServerError(str(exc)) from None
 
     def load(self, config: mc.ModelConfig) -> None:
         """Load (or reload) the model with `config`; ServerError with the server's reason."""
@@ -128,22 +97,12 @@ class TuningServer:
             raise ServerError(message)
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self._log_path, lines)
 
     def stop(self) -> None:
-        process = self._process
-        self._process = None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        process, self._process = self._process, None
+        if process is not None:
+            stop_serve_process(process)
         shutil.rmtree(self._root, ignore_errors=True)
 
 

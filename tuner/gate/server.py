@@ -6,12 +6,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import re
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +19,13 @@ from analyzer.client.http import HttpClient
 from analyzer.errors import AnalyzerError
 from serve.errors import ServeError
 from serve.repository.discovery import model_directories
-from tuner.server_control import die_with_parent
+from tuner.serve_process import (
+    ServeProcessError,
+    log_tail,
+    start_serve_process,
+    stop_serve_process,
+)
 
-_STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
 STARTUP_TIMEOUT_S = 180.0
 
 
@@ -63,58 +63,24 @@ def served(url: str | None, repository: Path, models: Sequence[str]) -> Iterator
             if process.poll() is None:
                 raise
             raise TargetError(
-                f"{exc}\nthe server exited with {process.returncode}:\n{_tail(log_path)}"
+                f"{exc}\nthe server exited with {process.returncode}:\n{log_tail(log_path, 15)}"
             ) from None
         finally:
-            _stop(process)
+            stop_serve_process(process)
 
 
 def _start(
     repository: Path, models: Sequence[str], log_path: Path
 ) -> tuple[subprocess.Popen[bytes], str]:
-    command = [
-        sys.executable,
-        "-m",
-        "serve",
-        "--model-repository",
-        str(repository),
-        "--http-port",
-        "0",
-        "--host",
-        "127.0.0.1",
-    ]
+    extra: list[str] = []
     if models:
-        command += ["--model-control-mode", "explicit"]
+        extra += ["--model-control-mode", "explicit"]
         for name in models:
-            command += ["--load-model", name]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
-        )
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        match = _STARTED.search(log_path.read_text(errors="replace"))
-        if match:
-            return process, f"{match.group(1)}:{match.group(2)}"
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    _stop(process)
-    raise TargetError(f"the server on {repository} did not start:\n{_tail(log_path)}")
-
-
-def _tail(log_path: Path, lines: int = 15) -> str:
-    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            extra += ["--load-model", name]
+    try:
+        return start_serve_process(repository, log_path, extra, STARTUP_TIMEOUT_S)
+    except ServeProcessError as exc:
+        raise TargetError(str(exc)) from None
 
 
 def survey(url: str, names: Sequence[str]) -> list[ServedModel]:

@@ -1,0 +1,78 @@
+"""A private `autotune serve` process on a free loopback port, as the tuner and the gate run
+it: started, its address read from its log, stopped; it dies with its parent."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
+
+
+class ServeProcessError(RuntimeError):
+    """The server did not start; the message ends with the tail of its log."""
+
+
+def die_with_parent() -> None:
+    """In the child: ask Linux to send SIGTERM when the parent dies, even by SIGKILL, so no
+    server outlives the run that started it."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def log_tail(log_path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def start_serve_process(
+    repository: Path, log_path: Path, extra: Sequence[str] = (), timeout_s: float = 180.0
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the server on `repository` and return the process and its host:port."""
+    command = [
+        sys.executable,
+        "-m",
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--http-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        *extra,
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        match = _STARTED.search(log_path.read_text(errors="replace"))
+        if match:
+            return process, f"{match.group(1)}:{match.group(2)}"
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    stop_serve_process(process)
+    raise ServeProcessError(f"the server on {repository} did not start:\n{log_tail(log_path)}")
+
+
+def stop_serve_process(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """SIGTERM (the server drains), then SIGKILL if it does not exit in time."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
