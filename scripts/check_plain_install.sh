@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Proves that a plain `pip install .` (no extras) is enough for the product: in a clean venv,
+# `autotune --help`, `autotune serve` answering /v2/health/ready, and a one-trial dry-run tuning.
+# Everything happens in a temporary folder (a copy of the model repository included) that is
+# removed at the end, with the server it started.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+WORK="$(mktemp -d)"
+SERVER_PID=""
+
+log() { echo "check_plain_install: $*" >&2; }
+cleanup() {
+    if [[ -n "$SERVER_PID" ]]; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+log "clean venv in $WORK/venv, pip install ."
+"$PYTHON" -m venv "$WORK/venv"
+VPY="$WORK/venv/bin/python"
+# A copy of the tracked sources, so that the build leaves nothing in the checkout.
+mkdir -p "$WORK/src"
+(cd "$ROOT" && git ls-files -z | xargs -0 cp --parents -t "$WORK/src")
+"$VPY" -m pip install --quiet "$WORK/src"
+AUTOTUNE="$WORK/venv/bin/autotune"
+
+log "autotune --help"
+"$AUTOTUNE" --help >/dev/null
+
+log "building the model repository with the plain install"
+"$VPY" "$WORK/src/scripts/build_model_repository.py" >/dev/null
+
+log "autotune serve, waiting for /v2/health/ready"
+"$AUTOTUNE" serve --model-repository "$WORK/src/model_repository" --http-port 0 \
+    >"$WORK/serve.log" 2>&1 &
+SERVER_PID=$!
+"$VPY" - "$WORK/serve.log" <<'PY'
+import re, sys, time, urllib.request
+log, deadline = sys.argv[1], time.monotonic() + 120
+while time.monotonic() < deadline:
+    found = re.search(r"Started HTTPService at ([0-9.]+):(\d+)", open(log).read())
+    if found:
+        url = f"http://{found[1]}:{found[2]}/v2/health/ready"
+        try:
+            if urllib.request.urlopen(url, timeout=2).status == 200:
+                print(f"ready: {url}", file=sys.stderr)
+                sys.exit(0)
+        except OSError:
+            pass
+    time.sleep(0.1)
+sys.exit("the server did not become ready within 120 s:\n" + open(log).read())
+PY
+kill "$SERVER_PID"
+wait "$SERVER_PID" || { log "autotune serve did not exit 0 on SIGTERM"; exit 1; }
+SERVER_PID=""
+
+log "one-trial dry-run tuning of simple"
+"$AUTOTUNE" --latency-p95 50ms -m simple --trials 1 --precision fp32 --dry-run \
+    --model-repository "$WORK/src/model_repository" --report-dir "$WORK/reports"
+log "ok"
