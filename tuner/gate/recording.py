@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from tuner.gate.baseline_file import Baseline, GateSettings, LoadPoint, ModelBaseline
 from tuner.gate.machine import describe_machine
@@ -42,7 +42,7 @@ def record_baseline(
             loads.append(point)
         recorded.append(ModelBaseline(model.name, model.version, model.config_sha256, loads))
     return Baseline(
-        recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        recorded_at=datetime.now(UTC).isoformat(timespec="seconds"),
         machine=describe_machine(),
         settings=settings,
         models=recorded,

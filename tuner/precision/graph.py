@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import onnx
 
@@ -39,7 +39,7 @@ _FLOAT_TYPES = frozenset(
 )
 
 
-class Int8Method(str, Enum):
+class Int8Method(StrEnum):
     STATIC = "static"
     DYNAMIC = "dynamic"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
@@ -29,7 +29,7 @@ EMBEDDING_HINTS = ("embed", "sentence", "pool", "hidden", "feature", "vector", "
 RELATIVE_ERROR_FLOOR = 0.01
 
 
-class Metric(str, Enum):
+class Metric(StrEnum):
     TOP1 = "top1_agreement"
     COSINE = "cosine_similarity"
     MAX_RELATIVE_ERROR = "max_relative_error"
