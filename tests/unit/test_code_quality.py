@@ -1,4 +1,4 @@
-"""ruff and mypy stay clean (DESIGN.md conventions); run here so CI enforces them."""
+"""ruff and mypy stay clean; run here so CI enforces them."""
 
 from __future__ import annotations
 
