@@ -12,6 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.backends.base import Backend, InstanceContext, ModelInstance
 from serve.backends.registry import backend_name, get_backend
 from serve.errors import ServeError
+from serve.model.classification import read_labels
 from serve.model.model_version import ModelVersion
 from serve.model.warmup import run_warmup
 from serve.scheduler.dynamic_batcher import DynamicBatcher
@@ -70,6 +71,7 @@ async def load_model_version(
     path = model_file(config, model_dir, version, backend)
     if not path.exists():
         raise ServeError.unavailable(f"model file {path} does not exist")
+    labels = await asyncio.to_thread(read_labels, config, model_dir)
     instances: list[ModelInstance] = []
     workers: list[InstanceWorker] = []
     try:
@@ -100,4 +102,4 @@ async def load_model_version(
         raise
     stats = ModelStatistics(config.name, str(version))
     batcher = DynamicBatcher(BatchingPolicy.from_config(config), workers, stats, loop)
-    return ModelVersion(config, version, model_dir, workers, batcher, stats)
+    return ModelVersion(config, version, model_dir, workers, batcher, stats, labels)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -10,6 +10,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.backends.base import RequestResult
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
+from serve.model.classification import Labels
 from serve.model.tensors import TensorChecker
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
@@ -27,6 +28,7 @@ class ModelVersion:
         workers: list[InstanceWorker],
         batcher: DynamicBatcher,
         stats: ModelStatistics,
+        labels: Mapping[str, Labels] | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -35,7 +37,7 @@ class ModelVersion:
         self.workers = workers
         self.batcher = batcher
         self.stats = stats
-        self.checker = TensorChecker(config, str(version))
+        self.checker = TensorChecker(config, str(version), labels)
 
     def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
         """Validate (raising ServeError) and queue; `on_done` gets the response or an error."""

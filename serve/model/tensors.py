@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +11,12 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.datatypes import WIRE_TO_NUMPY, config_to_wire
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse, OutputTensor
+from serve.model.classification import (
+    CLASSIFICATION,
+    Labels,
+    check_classification,
+    topk_classification,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +52,16 @@ def _shape_text(dims: tuple[int, ...]) -> str:
 class TensorChecker:
     """Validates requests for one model version and builds its responses."""
 
-    def __init__(self, config: mc.ModelConfig, version: str) -> None:
+    def __init__(
+        self, config: mc.ModelConfig, version: str, labels: Mapping[str, Labels] | None = None
+    ) -> None:
         self.model = config.name
         self.version = version
         self.max_batch_size = config.max_batch_size
         self.inputs = {t.name: _spec(t) for t in config.input}
         self.outputs = {t.name: _spec(t) for t in config.output}
         self._required = [s.name for s in self.inputs.values() if not s.optional]
+        self.labels = dict(labels or {})  # output name -> its classification labels
 
     def check_request(self, request: InferRequest) -> None:
         """Raise ServeError(INVALID_ARGUMENT) naming the tensor; apply config reshapes."""
@@ -114,14 +124,25 @@ class TensorChecker:
                     raise ServeError.invalid(
                         f"unexpected inference output '{output.name}' for model '{model}'"
                     )
+                if CLASSIFICATION in output.parameters:  # kept as the checked int
+                    output.parameters[CLASSIFICATION] = check_classification(
+                        output.parameters[CLASSIFICATION],
+                        self.outputs[output.name].datatype,
+                        output.name,
+                        model,
+                    )
 
     def make_response(
         self, request: InferRequest, produced: dict[str, np.ndarray]
     ) -> InferResponse:
+        classify: dict[str, int] = {}
         if request.requested_outputs is None:
             names = list(self.outputs)
         else:
             names = [o.name for o in request.requested_outputs]
+            for o in request.requested_outputs:
+                if CLASSIFICATION in o.parameters:
+                    classify[o.name] = o.parameters[CLASSIFICATION]
         outputs = []
         for name in names:
             spec = self.outputs[name]
@@ -134,6 +155,13 @@ class TensorChecker:
             if spec.reshape is not None:
                 lead = array.shape[:1] if self.max_batch_size > 0 else ()
                 array = array.reshape(lead + spec.dims)
+            if name in classify:
+                batched = self.max_batch_size > 0
+                classes = topk_classification(
+                    array, classify[name], batched, self.labels.get(name), name
+                )
+                outputs.append(OutputTensor(name, "BYTES", classes))
+                continue
             outputs.append(OutputTensor(name, spec.datatype, array))
         return InferResponse(
             model_name=self.model,
