@@ -32,10 +32,11 @@ IR_VERSION = 8
 SEED = 20261130
 DIGITS_MIN_ACCURACY = 0.97
 
-# config.pbtxt files and add_sub_py/1/model.py are hand-written and committed; this
-# script builds only the model files. Into another repository it copies them from the bundled one.
+# config.pbtxt files, digits' labels.txt and add_sub_py/1/model.py are hand-written and
+# committed; this script builds only the model files. Into another repository it copies them
+# from the bundled one.
 HAND_WRITTEN: dict[str, tuple[str, ...]] = {
-    "digits": ("config.pbtxt",),
+    "digits": ("config.pbtxt", "labels.txt"),
     "simple": ("config.pbtxt",),
     "resnet18": ("config.pbtxt",),
     "add_sub_py": ("config.pbtxt", "1/model.py"),
