@@ -9,9 +9,13 @@ non-empty label for that index (the labels file lies in the model folder, one la
 the line number being the index). Values are written as Triton writes them (C++
 `std::to_string`): floats with six decimals, integers in full.
 
-Transports put the parameter into the requested output's parameters as they found it; the
-value and the output's datatype are checked before a request is queued, and the tensor is
-built when the response is. `topk_classification` is a pure function for any transport.
+A transport only copies the parameter into `RequestedOutput.parameters` (HTTP: the JSON
+number; gRPC: the int64_param). `TensorChecker` checks the count and the output's datatype
+before the request is queued and builds the tensor with the response, so the HTTP codec sees
+an ordinary BYTES output. `topk_classification` itself is pure (array, count, labels -> array).
+
+Where Triton leaves the outcome to an unstable sort, ties here go to the lower index and NaN
+ranks last.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ CLASSIFICATION = "classification"
 # Triton refuses to classify more elements than this per batch item.
 MAX_CLASSES = 1_000_000
 
-# Wire datatypes that can be classified: the numeric ones (Triton also leaves out FP16;
-# numpy orders it as well as any float, so it is classified here).
+# Wire datatypes that can be classified: the numeric ones. Triton refuses FP16 as it refuses
+# BOOL; here FP16 is ranked like the other floats.
 CLASSIFIABLE = frozenset(
     {
         "UINT8",
