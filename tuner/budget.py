@@ -1,4 +1,5 @@
-"""The latency budget: a percentile and a limit, parsed from text such as "10ms"."""
+"""The latency budget (a percentile and a limit) and the durations the tuner parses: "10ms",
+"500us" for latencies, "90s", "10m" for wall-clock budgets."""
 
 from __future__ import annotations
 
@@ -8,22 +9,48 @@ from dataclasses import dataclass
 
 PERCENTILES = (90, 95, 99)
 
-_UNITS_US = {"us": 1.0, "µs": 1.0, "μs": 1.0, "ms": 1_000.0, "s": 1_000_000.0}
-_ACCEPTED = "us (or µs), ms, s, e.g. '500us', '10ms', '1.5s'"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(us|µs|μs|ms|s)\s*$", re.IGNORECASE)
+# Microseconds per unit. Latency budgets take us, ms and s; wall-clock budgets s, m, min and h.
+_MICROSECONDS = {
+    "us": 1.0,
+    "µs": 1.0,
+    "μs": 1.0,
+    "ms": 1_000.0,
+    "s": 1_000_000.0,
+    "m": 60_000_000.0,
+    "min": 60_000_000.0,
+    "h": 3_600_000_000.0,
+}
+LATENCY_UNITS = ("us", "µs", "μs", "ms", "s")
+WALL_CLOCK_UNITS = ("s", "m", "min", "h")
+_EXAMPLES = {"us": "'500us', '10ms', '1.5s'", "s": "'90s', '10m', '1.5h'"}
+_NUMBER_AND_UNIT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(\S*)\s*$")
+
+
+def parse_duration(text: str, unit: str = "us") -> float:
+    """A positive duration in `unit`: microseconds ("us", for latency budgets: us, ms or s) or
+    seconds ("s", for wall-clock budgets: s, m, min or h; a bare number is seconds).
+    ValueError naming the value and the accepted units."""
+    if unit not in _EXAMPLES:
+        raise ValueError(f"unknown duration unit {unit!r} (us or s)")
+    units = LATENCY_UNITS if unit == "us" else WALL_CLOCK_UNITS
+    accepted = f"{', '.join(units)}, e.g. {_EXAMPLES[unit]}"
+    match = _NUMBER_AND_UNIT.match(text)
+    given = match.group(2).lower() if match else ""
+    if unit == "s" and match and not given:
+        given = "s"
+    if match is None or given not in units:
+        raise ValueError(
+            f"invalid duration '{text}': expected a positive number with a unit, {accepted}"
+        )
+    value = float(match.group(1)) * _MICROSECONDS[given] / _MICROSECONDS[unit]
+    if value <= 0 or not math.isfinite(value):
+        raise ValueError(f"invalid duration '{text}': must be greater than zero ({accepted})")
+    return value
 
 
 def parse_duration_us(text: str) -> float:
-    """A positive duration in microseconds; ValueError naming the value and the accepted units."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(
-            f"invalid duration '{text}': expected a positive number with a unit, {_ACCEPTED}"
-        )
-    value = float(match.group(1)) * _UNITS_US[match.group(2).lower()]
-    if value <= 0 or not math.isfinite(value):
-        raise ValueError(f"invalid duration '{text}': must be greater than zero ({_ACCEPTED})")
-    return value
+    """A positive latency in microseconds from "500us", "10ms", "1.5s"."""
+    return parse_duration(text, "us")
 
 
 def format_duration_us(value_us: float) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+import traceback
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -14,48 +15,15 @@ import optuna
 
 from analyzer.cli import perf_command
 from serve.cli import serve_command
-from tuner.budget import LatencyBudget, parse_duration_us
+from tuner.budget import LatencyBudget
+from tuner.cli_params import LATENCY, WALL_CLOCK
 from tuner.console import TuneConsole
+from tuner.errors import EXIT_INTERRUPTED, EXIT_NOT_TUNED, EXIT_OK, TunerError, one_line, worst
 from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
 from tuner.gate.cli import baseline_command, gate_command
-from tuner.precision import PrecisionError
 from tuner.report import render_run_report
 from tuner.report.cli import report_command
-from tuner.run import Hooks, TuneError, TuneOptions, model_names, tune_model
-
-EXIT_NO_FEASIBLE = 3
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration_us(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-
-
-_TIME_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
-def _time_budget(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """Seconds from '90s', '10m', '1.5h' (a bare number is seconds)."""
-    if value is None:
-        return None
-    text = value.strip().lower()
-    number = text.rstrip("abcdefghijklmnopqrstuvwxyz ")
-    unit = text[len(number) :].strip() or "s"
-    try:
-        seconds = float(number) * _TIME_UNITS[unit]
-    except (KeyError, ValueError):
-        raise click.BadParameter(
-            f"'{value}' is not a duration: use a number with s, m or h (e.g. 10m)",
-            ctx=ctx,
-            param=param,
-        ) from None
-    if not seconds > 0:
-        raise click.BadParameter(f"'{value}' must be longer than zero", ctx=ctx, param=param)
-    return seconds
+from tuner.run import Hooks, TuneOptions, model_names, tune_model
 
 
 def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -76,9 +44,9 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(package_name="autotune")
-@click.option("--latency-p95", callback=_duration, help="p95 latency budget, e.g. 10ms, 500us, 1s.")
-@click.option("--latency-p99", callback=_duration, help="p99 latency budget.")
-@click.option("--latency-p90", callback=_duration, help="p90 latency budget.")
+@click.option("--latency-p95", type=LATENCY, help="p95 latency budget, e.g. 10ms, 500us, 1s.")
+@click.option("--latency-p99", type=LATENCY, help="p99 latency budget.")
+@click.option("--latency-p90", type=LATENCY, help="p90 latency budget.")
 @click.option(
     "--min-throughput",
     type=click.FloatRange(min=0, min_open=True),
@@ -102,8 +70,9 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 )
 @click.option(
     "--time-budget",
-    callback=_duration,
-    help="Wall-clock budget for the whole run, e.g. 10m is not accepted: use 600s.",
+    type=WALL_CLOCK,
+    help="Wall-clock budget for the whole run, shared by the models: 90s, 10m, 1.5h "
+    "(a bare number is seconds).",
 )
 @click.option(
     "--search", type=click.Choice(["optuna", "grid"]), default="optuna", show_default=True
@@ -221,42 +190,65 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def run_tuning(options: TuneOptions) -> int:
+    """Tune every model of `options`, one after the other, and return the exit code.
+
+    A model that fails (any `TunerError`, or an unexpected exception) is reported in one line
+    and the run goes on with the next one; the exit code is the most severe of the models'
+    (`tuner.errors.worst`). Ctrl-C or SIGTERM stops the run at once (130)."""
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console says what matters
-    if not options.repository.is_dir():
-        click.echo(f"error: model repository {options.repository} is not a directory", err=True)
-        return 2
     try:
         names = model_names(options)
-    except TuneError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return 2
-    if not names:
-        click.echo(f"error: no models in {options.repository}", err=True)
-        return 2
+    except TunerError as exc:
+        click.echo(f"error: {one_line(exc)}", err=True)
+        return exc.exit_code
     started = time.monotonic()
-    exit_code = 0
+    exit_code = EXIT_OK
     with TuneConsole() as console:
-        hooks = Hooks(note=console.note, progress=console.update)
         for index, name in enumerate(names):
             share = None
             if options.time_budget_s is not None:
                 left = options.time_budget_s - (time.monotonic() - started)
-                share = max(left / (len(names) - index), 1.0)
+                share = left / (len(names) - index)
             try:
-                report = tune_model(options, name, share, hooks)
-            except (TuneError, PrecisionError) as exc:
-                console.console.print(f"[red]error: {exc}")
-                exit_code = max(exit_code, 1)
-                continue
+                code = _tune_one(options, name, share, console)
             except KeyboardInterrupt:
-                console.console.print("[yellow]interrupted: the study is kept and resumes next run")
-                return 130
-            console.summary(report)
-            console.note(f"report: {render_run_report(options.report_dir)}")
-            if report.best is None:
-                exit_code = EXIT_NO_FEASIBLE
+                console.warning("interrupted: the study is kept and resumes next run")
+                return EXIT_INTERRUPTED
+            exit_code = worst(exit_code, code)
     return exit_code
+
+
+def _tune_one(options: TuneOptions, name: str, share: float | None, console: TuneConsole) -> int:
+    """Tune one model, print how it ended and return its exit code; errors become one line."""
+    try:
+        if share is not None and share <= 0:
+            raise TunerError("the time budget was spent before its turn")
+        report = tune_model(options, name, share, Hooks(console.note, console.update))
+    except TunerError as exc:
+        console.error(f"'{name}' could not be tuned: {one_line(exc)}")
+        return exc.exit_code
+    except Exception as exc:  # a bug: one line here, the traceback in the model's report folder
+        kept = _keep_traceback(options.report_dir / name)
+        console.error(
+            f"'{name}' could not be tuned: unexpected {type(exc).__name__}: {one_line(exc)} "
+            f"(traceback in {kept})"
+        )
+        return EXIT_NOT_TUNED
+    console.summary(report)
+    try:
+        console.note(f"report: {render_run_report(options.report_dir)}")
+    except (TunerError, OSError) as exc:
+        console.error(f"the HTML report could not be written: {one_line(exc)}")
+        return worst(report.exit_code, EXIT_NOT_TUNED)
+    return report.exit_code
+
+
+def _keep_traceback(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "error.log"
+    path.write_text(traceback.format_exc())
+    return path
 
 
 main.add_command(serve_command)

@@ -40,6 +40,13 @@ class TuneConsole:
     def note(self, message: str) -> None:
         self.console.log(escape(message))
 
+    def error(self, message: str) -> None:
+        """`error: message` in red, on one line however wide the terminal."""
+        self.console.print(f"error: {message}", style="red", markup=False, soft_wrap=True)
+
+    def warning(self, message: str) -> None:
+        self.console.print(message, style="yellow", markup=False, soft_wrap=True)
+
     def update(self, model: str, event: ProgressEvent) -> None:
         progress = self._progress
         if progress is None:
@@ -70,7 +77,12 @@ class TuneConsole:
         self.console.print(table)
         for field, old, new in report.changes:
             self.console.print(f"  {field}: {old} -> {new}")
-        if report.best is None:
+        if report.unmeasured_reason is not None:
+            self.error(
+                f"'{report.model}' could not be tuned: no configuration could be measured "
+                f"({report.unmeasured_reason}); nothing was written"
+            )
+        elif report.best is None:
             lowest = report.search.lowest_latency
             reached = (
                 f"{lowest.outcome.latency_us / 1000:.2f} ms"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from serve.config.model_config import write_text_atomic
+from tuner.errors import EXIT_NO_FEASIBLE, EXIT_NOT_TUNED, EXIT_OK
 from tuner.precision import PrecisionVariant
 from tuner.search_types import SearchResult, TrialRecord
 
@@ -52,6 +53,26 @@ class ModelReport:
     @property
     def best(self) -> TrialRecord | None:
         return self.search.best
+
+    @property
+    def exit_code(self) -> int:
+        """0 with a best config; 3 when configs were measured but none met the limits; 1 when
+        none could be measured at all (the model does not load, say)."""
+        if self.best is not None:
+            return EXIT_OK
+        return EXIT_NO_FEASIBLE if self.unmeasured_reason is None else EXIT_NOT_TUNED
+
+    @property
+    def unmeasured_reason(self) -> str | None:
+        """Why no trial gave a measurement (the first failure's message), or None when some
+        trial did."""
+        trials = self.search.trials
+        if any(t.outcome is not None and t.outcome.status != "failed" for t in trials):
+            return None
+        failed = next((t for t in trials if t.outcome is not None and t.outcome.message), None)
+        if failed is None or failed.outcome is None:
+            return self.search.stop_reason or "no trial ran"
+        return f"trial {failed.number}: {failed.outcome.message}"
 
     def to_json(self) -> dict[str, Any]:
         lowest = self.search.lowest_latency

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from serve.model.loader import model_file
 from serve.repository.discovery import model_directories, prepare_config
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, apply, diff, variant_filename
+from tuner.errors import TunerError, TuneUsageError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
 from tuner.precision import DEFAULT_CACHE_DIR, PrecisionVariant, prepare_variants
 from tuner.results import ModelReport, write_model_report
@@ -58,17 +60,22 @@ class Hooks:
     progress: Callable[[str, ProgressEvent], None] = lambda _model, _event: None
 
 
-class TuneError(RuntimeError):
-    """A model cannot be tuned at all (its config, its files, the server)."""
+class TuneError(TunerError):
+    """A model cannot be tuned at all (its config, its files)."""
 
 
 def model_names(options: TuneOptions) -> list[str]:
+    """The models to tune, in order; TuneUsageError for a missing repository or model."""
+    if not options.repository.is_dir():
+        raise TuneUsageError(f"model repository {options.repository} is not a directory")
     on_disk = [d.name for d in model_directories(options.repository)]
+    if not on_disk:
+        raise TuneUsageError(f"no models in {options.repository}")
     if not options.models:
         return on_disk
     unknown = [m for m in options.models if m not in on_disk]
     if unknown:
-        raise TuneError(
+        raise TuneUsageError(
             f"no model {', '.join(repr(m) for m in unknown)} in {options.repository} "
             f"(models: {', '.join(on_disk) or 'none'})"
         )
@@ -108,17 +115,19 @@ def _fingerprint(options: TuneOptions, config: mc.ModelConfig, model_path: Path)
 def tune_model(
     options: TuneOptions, model: str, time_budget_s: float | None, hooks: Hooks
 ) -> ModelReport:
-    """Tune one model and (unless dry-run) write its best config back."""
+    """Tune one model and (unless dry-run) write its best config back. `time_budget_s` bounds
+    the whole of it (preparing the precisions and starting the server included)."""
+    started = time.monotonic()
     model_dir = options.repository / model
     try:
         config, versions, source = prepare_config(model_dir)
         backend = get_backend(backend_name(config))
     except Exception as exc:
-        raise TuneError(f"'{model}' cannot be tuned: {exc}") from None
+        raise TuneError(str(exc)) from None
     newest = versions[-1]
     path = model_file(config, model_dir, newest, backend)
     if not path.exists():
-        raise TuneError(f"'{model}': model file {path} does not exist")
+        raise TuneError(f"model file {path} does not exist")
     report_folder = options.report_dir / model
     report_folder.mkdir(parents=True, exist_ok=True)
     platform = Platform.detect()
@@ -142,7 +151,8 @@ def tune_model(
     )
     work_dir = Path(tempfile.mkdtemp(prefix="autotune-", dir=report_folder))
     try:
-        with tuning_server(model_dir, work_dir) as server:
+        failure_log = report_folder / "server-start.log"
+        with tuning_server(model_dir, work_dir, failure_log) as server:
             by_precision = {v.precision: v for v in variants}
             for variant in variants:
                 if variant.model_path is not None and variant.precision != "fp32":
@@ -153,6 +163,8 @@ def tune_model(
                 config, server, by_precision, options.budget, options.evaluation
             )
             hooks.note(f"{model}: {space.size} candidates in the search space")
+            # The time budget counts from the start: preparing and starting took some of it.
+            settings = replace(settings, time_budget_s=_time_left(time_budget_s, started))
             result = run_search(space, evaluator, settings, lambda e: hooks.progress(model, e))
     finally:
         _remove_tree(work_dir)
@@ -217,6 +229,14 @@ def _prepare_variants(
     for variant in variants:
         hooks.note(f"{model_dir.name}: {variant.verdict}")
     return variants
+
+
+def _time_left(budget_s: float | None, started: float) -> float | None:
+    """What is left of `budget_s` since `started` (at least a millisecond: the search then
+    stops before its first trial)."""
+    if budget_s is None:
+        return None
+    return max(budget_s - (time.monotonic() - started), 1e-3)
 
 
 def _remove_tree(path: Path) -> None:

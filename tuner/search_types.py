@@ -9,13 +9,14 @@ from typing import Any, Literal
 
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
+from tuner.errors import TunerError
 
 OutcomeStatus = Literal["ok", "failed", "pruned"]
 TrialStateName = Literal["COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING"]
 ProgressKind = Literal["start", "trial_start", "trial_end", "end"]
 
 
-class SearchError(RuntimeError):
+class SearchError(TunerError):
     """The study cannot be opened or continued (storage, name, or a different objective)."""
 
 

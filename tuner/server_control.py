@@ -20,6 +20,7 @@ import httpx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.config.model_config import config_to_json
+from tuner.errors import TunerError
 from tuner.serve_process import (
     ServeProcessError,
     log_tail,
@@ -28,20 +29,27 @@ from tuner.serve_process import (
 )
 
 
-class ServerError(RuntimeError):
+class ServerError(TunerError):
     """The tuning server could not be started or refused a candidate."""
 
 
 class TuningServer:
     """Starts the server on a scratch copy of one model and loads candidate configs."""
 
-    def __init__(self, model_dir: Path, work_dir: Path, startup_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        work_dir: Path,
+        startup_timeout_s: float = 120.0,
+        failure_log: Path | None = None,
+    ) -> None:
         self.model_name = model_dir.name
         self._source = model_dir
         self._root = Path(tempfile.mkdtemp(prefix="scratch-", dir=work_dir))
         self.repository = self._root / "repository"
         self._model_dir = self.repository / self.model_name
         self._log_path = self._root / "server.log"
+        self._failure_log = failure_log  # where the log is kept when the server does not start
         self._timeout = startup_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self.url = ""
@@ -74,9 +82,14 @@ class TuningServer:
                 ("--model-control-mode", "explicit"),
                 self._timeout,
             )
-        except ServeProcessError as exc:
+        except ServeProcessError:
+            reason = log_tail(self._log_path, 1).strip() or "its log is empty"
+            if self._failure_log is not None:
+                self._failure_log.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self._log_path, self._failure_log)
+                reason += f" (its log: {self._failure_log})"
             self.stop()
-            raise ServerError(str(exc)) from None
+            raise ServerError(f"the tuning server did not start: {reason}") from None
 
     def load(self, config: mc.ModelConfig) -> None:
         """Load (or reload) the model with `config`; ServerError with the server's reason."""
@@ -107,8 +120,10 @@ class TuningServer:
 
 
 @contextlib.contextmanager
-def tuning_server(model_dir: Path, work_dir: Path) -> Iterator[TuningServer]:
-    server = TuningServer(model_dir, work_dir)
+def tuning_server(
+    model_dir: Path, work_dir: Path, failure_log: Path | None = None
+) -> Iterator[TuningServer]:
+    server = TuningServer(model_dir, work_dir, failure_log=failure_log)
     try:
         server.start()
         yield server

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import optuna
 import tritonclient.http as httpclient
 
 from analyzer.api import measure
@@ -143,6 +146,80 @@ def test_unreachable_budget_fails_clearly(
     assert "lowest latency reached" in output
     assert (repository / "digits" / "config.pbtxt").read_text() == original
     assert not (repository / "digits" / "config.pbtxt.bak").exists()
+
+
+def test_time_budget_stops_the_run_long_before_its_trials_are_done(
+    tmp_path: Path, repository_with: Callable[..., Path]
+) -> None:
+    repository = repository_with("digits")
+    started = time.monotonic()
+    result = autotune(
+        tmp_path,
+        "--latency-p95",
+        "20ms",
+        "--model-repository",
+        str(repository),
+        "--trials",
+        "200",
+        "--precision",
+        "fp32",
+        "--time-budget",
+        "5s",
+        "--dry-run",
+        *FAST,
+        timeout=240,  # without a working budget, 200 trials take far longer than this
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "reports" / "digits" / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("time budget spent"), summary["stop_reason"]
+    assert len(summary["trials"]) < 20
+    assert elapsed < 120  # generous: the budget, one trial that overruns it, start and stop
+
+
+def test_a_failing_model_is_one_line_and_the_others_are_still_tuned(
+    tmp_path: Path, bundled_repository: Path
+) -> None:
+    repository = tmp_path / "model_repository"
+    for name, source in (("broken", "add_sub_py"), ("simple", "simple"), ("stale", "simple")):
+        shutil.copytree(bundled_repository / source, repository / name)
+        config = repository / name / "config.pbtxt"
+        config.write_text(config.read_text().replace(f'"{source}"', f'"{name}"'))
+    # broken: its model refuses to initialize, so no configuration of it can be loaded
+    broken = repository / "broken" / "config.pbtxt"
+    broken.write_text(broken.read_text().replace('string_value: "0"', 'string_value: "oops"'))
+    # stale: a study of the default name, made for another objective, waits in its folder
+    (tmp_path / "reports" / "stale").mkdir(parents=True)
+    stale = optuna.create_study(
+        study_name="stale-p95-20000us-optuna",
+        storage=f"sqlite:///{tmp_path / 'reports' / 'stale' / 'study.db'}",
+        direction="maximize",
+    )
+    stale.set_user_attr("objective", {"latency": "p95 <= 1 s"})
+    result = autotune(
+        tmp_path,
+        "--latency-p95",
+        "20ms",
+        "--model-repository",
+        str(repository),
+        "--trials",
+        "2",
+        "--precision",
+        "fp32",
+        *FAST,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2, result.stderr
+    assert errors[0].startswith("error: 'broken' could not be tuned: no configuration could be")
+    assert "EXECUTE_DELAY_MS must be a number" in errors[0]
+    assert errors[1].startswith("error: 'stale' could not be tuned: study 'stale-p95-20000us")
+    assert "another objective" in errors[1]
+    assert (repository / "simple" / "config.pbtxt.bak").exists(), "simple was tuned after broken"
+    summary = json.loads((tmp_path / "reports" / "simple" / "summary.json").read_text())
+    assert summary["best"]["feasible"] is True
+    assert not (repository / "broken" / "config.pbtxt.bak").exists()
 
 
 def test_malformed_budget_is_a_usage_error(tmp_path: Path) -> None:

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from tuner.budget import parse_duration_us
+from tuner.errors import TunerError
 from tuner.search_types import TrialOutcome
 
 SUMMARY_FILE = "summary.json"
 _BUDGET = re.compile(r"^p(\d+)\s*<=\s*(.+)$")
 
 
-class ReportError(RuntimeError):
+class ReportError(TunerError):
     """The run cannot be reported (no summary, or a summary that cannot be read)."""
 
 

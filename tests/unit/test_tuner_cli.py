@@ -1,0 +1,148 @@
+"""The tuner CLI: durations reach the run in the unit it uses; errors end as one line each
+with a documented exit code, and one failing model does not stop the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NoReturn
+
+import click
+import pytest
+
+from tuner.budget import LatencyBudget, parse_duration
+from tuner.cli import main, run_tuning
+from tuner.cli_params import Duration
+from tuner.errors import (
+    EXIT_NO_FEASIBLE,
+    EXIT_NOT_TUNED,
+    EXIT_OK,
+    EXIT_USAGE,
+    TunerError,
+    TuneUsageError,
+    worst,
+)
+from tuner.precision import PrecisionError
+from tuner.report.summary import ReportError
+from tuner.run import TuneError, TuneOptions
+from tuner.search_types import SearchError
+from tuner.server_control import ServerError, TuningServer
+
+
+def _params(*args: str) -> dict[str, object]:
+    with main.make_context("autotune", ["--latency-p95", "10ms", *args]) as ctx:
+        return dict(ctx.params)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10m", 600.0), ("600s", 600.0), ("90", 90.0), ("1.5h", 5400.0), ("2 min", 120.0)],
+)
+def test_time_budget_is_seconds(text: str, seconds: float) -> None:
+    assert _params("--time-budget", text)["time_budget"] == pytest.approx(seconds)
+
+
+def test_latency_budgets_are_microseconds() -> None:
+    assert _params()["latency_p95"] == pytest.approx(10_000.0)
+    assert _params("--latency-p99", "1.5s")["latency_p99"] == pytest.approx(1_500_000.0)
+
+
+@pytest.mark.parametrize("text", ["10 parsecs", "0m", "-1s", "10ms", "m"])
+def test_bad_time_budgets_are_usage_errors_naming_the_value(text: str) -> None:
+    with pytest.raises(click.BadParameter) as caught:
+        _params("--time-budget", text)
+    assert f"'{text}'" in str(caught.value)
+    assert "10m" in str(caught.value)
+
+
+def test_latency_budgets_take_no_minutes_and_need_a_unit() -> None:
+    for text in ("10m", "10"):
+        with pytest.raises(click.BadParameter, match=f"'{text}'"):
+            _params("--latency-p90", text)
+
+
+def test_one_parser_serves_both_units() -> None:
+    assert parse_duration("10m", "s") == 600.0
+    assert parse_duration("1.5s", "us") == 1_500_000.0
+    assert Duration("s").convert("1h", None, None) == 3600.0
+    with pytest.raises(ValueError, match="unit"):
+        Duration("ms")
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def test_the_worst_exit_code_wins() -> None:
+    assert worst(EXIT_OK) == EXIT_OK
+    assert worst(EXIT_OK, EXIT_NO_FEASIBLE, EXIT_OK) == EXIT_NO_FEASIBLE
+    assert worst(EXIT_NO_FEASIBLE, EXIT_NOT_TUNED, EXIT_OK) == EXIT_NOT_TUNED
+    assert worst(EXIT_NOT_TUNED, EXIT_USAGE) == EXIT_USAGE
+
+
+def test_tuner_errors_carry_their_exit_codes() -> None:
+    for error in (TuneError, SearchError, ServerError, PrecisionError, ReportError):
+        assert issubclass(error, TunerError) and error.exit_code == EXIT_NOT_TUNED
+    assert TuneUsageError.exit_code == EXIT_USAGE
+
+
+def test_each_failing_model_is_one_line_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("a_server", "b_bug", "c_study"):
+        (tmp_path / "repo" / name).mkdir(parents=True)
+    failures: dict[str, Exception] = {
+        "a_server": ServerError("the tuning server did not start:\nTraceback (most recent...)\nX"),
+        "b_bug": KeyError("nobody expected this"),
+        "c_study": SearchError("study 'c' was made for another objective"),
+    }
+    tried: list[str] = []
+
+    def failing(options: TuneOptions, model: str, *_: object) -> NoReturn:
+        tried.append(model)
+        raise failures[model]
+
+    monkeypatch.setattr("tuner.cli.tune_model", failing)
+    options = TuneOptions(
+        repository=tmp_path / "repo",
+        budget=LatencyBudget(95, 10_000),
+        report_dir=tmp_path / "reports",
+    )
+    assert run_tuning(options) == EXIT_NOT_TUNED
+    assert tried == ["a_server", "b_bug", "c_study"]
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert errors == [
+        "error: 'a_server' could not be tuned: the tuning server did not start: | "
+        "Traceback (most recent...) | X",
+        "error: 'b_bug' could not be tuned: unexpected KeyError: 'nobody expected this' "
+        f"(traceback in {tmp_path / 'reports' / 'b_bug' / 'error.log'})",
+        "error: 'c_study' could not be tuned: study 'c' was made for another objective",
+    ]
+    assert "KeyError" in (tmp_path / "reports" / "b_bug" / "error.log").read_text()
+
+
+def test_a_missing_repository_or_model_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    budget = LatencyBudget(95, 10_000)
+    assert run_tuning(TuneOptions(repository=tmp_path / "none", budget=budget)) == EXIT_USAGE
+    (tmp_path / "repo" / "digits").mkdir(parents=True)
+    options = TuneOptions(repository=tmp_path / "repo", budget=budget, models=("resnet",))
+    assert run_tuning(options) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"error: model repository {tmp_path / 'none'} is not a directory" in err
+    assert "error: no model 'resnet' in" in err and "(models: digits)" in err
+
+
+def test_a_tuning_server_that_does_not_start_is_one_line_and_keeps_its_log(
+    tmp_path: Path,
+) -> None:
+    model_dir = tmp_path / "repo" / "m"
+    (model_dir / "1").mkdir(parents=True)
+    kept = tmp_path / "reports" / "m" / "server-start.log"
+    server = TuningServer(model_dir, tmp_path, startup_timeout_s=0.0, failure_log=kept)
+    with pytest.raises(ServerError) as caught:
+        server.start()  # no time to start: stopped again at once
+    message = str(caught.value)
+    assert message.startswith("the tuning server did not start: ")
+    assert f"(its log: {kept})" in message and "\n" not in message
+    assert kept.is_file()
+    assert not any(tmp_path.glob("scratch-*")), "the scratch folder is removed"
