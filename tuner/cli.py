@@ -23,7 +23,13 @@ from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
 from tuner.gate.cli import baseline_command, gate_command
 from tuner.report import render_run_report
 from tuner.report.cli import report_command
-from tuner.run import Hooks, TuneOptions, model_names, tune_model
+from tuner.run import (
+    DEFAULT_MAX_BATCH_SIZE_CAP,
+    Hooks,
+    TuneOptions,
+    model_names,
+    tune_model,
+)
 
 
 def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -76,6 +82,14 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 )
 @click.option(
     "--search", type=click.Choice(["optuna", "grid"]), default="optuna", show_default=True
+)
+@click.option(
+    "--max-batch-size-cap",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BATCH_SIZE_CAP,
+    show_default=True,
+    help="Largest max_batch_size to try; a model whose batch dimension is fixed caps it "
+    "lower (the config's current value does not).",
 )
 @click.option(
     "--precision",
@@ -132,6 +146,7 @@ def main(
     trials: int,
     time_budget: float | None,
     search: str,
+    max_batch_size_cap: int,
     precisions: tuple[str, ...],
     max_accuracy_drop: float,
     validation_data: Path | None,
@@ -167,6 +182,7 @@ def main(
         trials=trials,
         time_budget_s=time_budget,
         search=search,
+        max_batch_size_cap=max_batch_size_cap,
         precisions=precisions,
         max_accuracy_drop=max_accuracy_drop,
         validation_data=validation_data,

@@ -20,13 +20,17 @@ from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, apply, diff, variant_filename
 from tuner.errors import TunerError, TuneUsageError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
+from tuner.model_batch import accepted_batch_size
 from tuner.precision import DEFAULT_CACHE_DIR, PrecisionVariant, prepare_variants
 from tuner.results import ModelReport, write_model_report
 from tuner.search import run_search
 from tuner.search_types import ProgressEvent, SearchSettings
 from tuner.server_control import tuning_server
-from tuner.space import Platform, SpaceOptions, build_space
+from tuner.space import Platform, SearchSpace, SpaceOptions, build_space
 from tuner.writeback import copy_model_dir, write_back
+
+# Model Analyzer's automatic sweep also tries max_batch_size up to 128.
+DEFAULT_MAX_BATCH_SIZE_CAP = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,7 @@ class TuneOptions:
     report_dir: Path = Path("reports")
     cache_dir: Path = DEFAULT_CACHE_DIR
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    max_batch_size_cap: int = DEFAULT_MAX_BATCH_SIZE_CAP  # the largest max_batch_size tried
     space: SpaceOptions = field(default_factory=SpaceOptions)  # narrows the search space
 
 
@@ -112,6 +117,36 @@ def _fingerprint(options: TuneOptions, config: mc.ModelConfig, model_path: Path)
     }
 
 
+def model_space(
+    options: TuneOptions,
+    config: mc.ModelConfig,
+    model_path: Path,
+    platform: Platform,
+    precisions: tuple[str, ...],
+) -> SearchSpace:
+    """The model's search space. max_batch_size goes up to what the model accepts (its
+    graph's batch dimension, not the config, which an earlier run may have lowered), at most
+    `max_batch_size_cap`; `options.space.max_batch_cap`, when set, narrows it further."""
+    accepted = accepted_batch_size(config, model_path)
+    cap = (
+        options.max_batch_size_cap
+        if accepted is None
+        else min(accepted, options.max_batch_size_cap)
+    )
+    if options.space.max_batch_cap is not None:
+        cap = min(cap, options.space.max_batch_cap)
+    return build_space(
+        config,
+        platform,
+        replace(
+            options.space,
+            precisions=precisions,
+            latency_limit_us=options.budget.limit_us,
+            max_batch_cap=cap,
+        ),
+    )
+
+
 def tune_model(
     options: TuneOptions, model: str, time_budget_s: float | None, hooks: Hooks
 ) -> ModelReport:
@@ -133,11 +168,7 @@ def tune_model(
     platform = Platform.detect()
     variants = _prepare_variants(options, model_dir, config, path, hooks)
     usable = tuple(v.precision for v in variants if v.usable) or ("fp32",)
-    space = build_space(
-        config,
-        platform,
-        replace(options.space, precisions=usable, latency_limit_us=options.budget.limit_us),
-    )
+    space = model_space(options, config, path, platform, usable)
     settings = SearchSettings(
         budget=options.budget,
         study_name=study_name(options, model),

@@ -6,9 +6,11 @@ Built from the model's own config and the platform, with these rules:
   default or dynamic scheduler: the space never moves a model between 0 and > 0, which would
   change the meaning of its input dims. `dynamic_batching` is on or off; when off nothing else
   about batching is asked (requests arrive one at a time, so max_batch_size would not matter).
-  When on: `max_batch_size` over powers of two from 2 up to a cap (the model's own
-  max_batch_size unless the caller gives another cap: the config alone cannot tell whether the
-  graph accepts bigger batches; 1 is left out because it is batching off), the queue delay
+  When on: `max_batch_size` over powers of two from 2 up to a cap (the caller's: the tuner
+  gives what the model's graph accepts, at most --max-batch-size-cap, see `tuner.run.
+  model_space`; without one, the config's own max_batch_size, since the config alone cannot
+  tell whether the graph accepts bigger batches; 1 is left out because it is batching off),
+  the cap itself when it is no power of two, the queue delay
   from a small set (values that alone reach the latency limit are left out), and a preferred
   batch size only when the delay is > 0 (with no delay the batcher never waits for one):
   none, or max/2 or max/4. Triton's batcher guide says preferred sizes "should not be used for
@@ -90,7 +92,7 @@ def usable_cpu_count() -> int:
 @dataclass(frozen=True, slots=True)
 class SpaceOptions:
     precisions: tuple[str, ...] = ("fp32",)
-    max_batch_cap: int | None = None  # default: the model's own max_batch_size
+    max_batch_cap: int | None = None  # default: the config's own max_batch_size
     delays_us: tuple[int, ...] = DEFAULT_DELAYS_US
     latency_limit_us: float | None = None  # delays >= this are left out
     max_instances: int | None = None  # default: the core count (4 on a GPU)

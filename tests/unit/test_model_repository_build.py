@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -13,9 +14,18 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from serve.config.model_config import read_config_file
+from tests.conftest import (
+    BUNDLED_REPOSITORY,
+    SOURCE_REPOSITORY,
+    committed_config,
+    sync_committed,
+)
+from tuner.writeback import write_back
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_model_repository.py"
-REPOSITORY = ROOT / "model_repository"
+REPOSITORY = BUNDLED_REPOSITORY  # as committed: tuning rewrites SOURCE_REPOSITORY's configs
 
 
 def _load_script() -> ModuleType:
@@ -41,10 +51,19 @@ def _session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-def test_built_configs_parse(built: Path) -> None:
-    simple = _parse_config(built / "simple" / "config.pbtxt")
-    assert simple.name == "simple" and simple.max_batch_size == 8
-    resnet = _parse_config(built / "resnet18" / "config.pbtxt")
+def test_built_configs_are_the_repository_s_and_parse(built: Path) -> None:
+    for model in ("simple", "resnet18"):
+        # Into another repository the script copies the configs of the project's own one
+        # (whatever a tuning run left there): compare with those, not with fixed values.
+        written = (built / model / "config.pbtxt").read_bytes()
+        assert written == (SOURCE_REPOSITORY / model / "config.pbtxt").read_bytes()
+        assert _parse_config(built / model / "config.pbtxt").name == model
+
+
+def test_committed_configs_hold_what_the_docs_say() -> None:
+    simple = _parse_config(REPOSITORY / "simple" / "config.pbtxt")
+    assert simple.max_batch_size == 8
+    resnet = _parse_config(REPOSITORY / "resnet18" / "config.pbtxt")
     assert resnet.max_batch_size == 16
     assert resnet.parameters["intra_op_thread_count"].string_value == "2"
 
@@ -91,3 +110,28 @@ def test_committed_digits_accuracy() -> None:
     )
     (logits,) = _session(model_dir / "1" / "model.onnx").run(["logits"], {"input": x})
     assert (logits.argmax(axis=1) == labels).mean() >= 0.97
+
+
+def test_tests_read_the_committed_configs_even_after_a_tuning_run(tmp_path: Path) -> None:
+    source = tmp_path / "model_repository"
+    shutil.copytree(REPOSITORY / "digits", source / "digits")
+    # What `autotune --latency-p95 50ms` leaves in the project's repository: a rewritten
+    # config pointing at a precision variant, the old config kept beside it.
+    tuned = read_config_file(source / "digits" / "config.pbtxt")
+    tuned.max_batch_size = 4
+    tuned.default_model_filename = "model.int8.onnx"
+    write_back(source / "digits", tuned, [1], source / "digits" / "1" / "model.onnx")
+    assert (source / "digits" / "config.pbtxt.bak").exists()
+
+    sync_committed(source, tmp_path / "copy")
+    copy = tmp_path / "copy" / "digits"
+    assert (copy / "config.pbtxt").read_bytes() == committed_config("digits")
+    assert not list(copy.glob("config.pbtxt.bak")) and not list(copy.glob("1/model.int8.onnx"))
+    assert (copy / "1" / "model.onnx").read_bytes() == (
+        REPOSITORY / "digits" / "1" / "model.onnx"
+    ).read_bytes()
+
+
+def test_the_tests_copy_is_not_the_project_s_repository() -> None:
+    assert BUNDLED_REPOSITORY.resolve() != SOURCE_REPOSITORY.resolve()
+    assert not list(BUNDLED_REPOSITORY.glob("*/config.pbtxt.bak"))

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.config.model_config import parse_config_text, read_config_file
+from tests.conftest import BUNDLED_REPOSITORY
 from tuner.precision import (
     AccuracyCheck,
     GraphSummary,
@@ -39,8 +40,7 @@ from tuner.precision.accuracy import judge
 from tuner.precision.metrics import cosine_similarity, max_relative_error, top1_agreement
 from tuner.precision.validation import RANDOM_VARIABLE_DIM, ValidationSet
 
-ROOT = Path(__file__).resolve().parents[2]
-REPOSITORY = ROOT / "model_repository"
+REPOSITORY = BUNDLED_REPOSITORY
 DIGITS = REPOSITORY / "digits"
 DIGITS_SAMPLES = 360  # every entry of digits/validation.json
 

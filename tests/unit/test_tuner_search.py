@@ -17,6 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from serve.config.model_config import read_config_file
+from tests.conftest import BUNDLED_REPOSITORY
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
 from tuner.search import run_search
@@ -30,7 +31,7 @@ SPEED = {"fp32": 1.0, "fp16": 0.9, "int8": 2.5}
 
 
 def digits_space(**options: object) -> SearchSpace:
-    base = read_config_file(ROOT / "model_repository" / "digits" / "config.pbtxt")
+    base = read_config_file(BUNDLED_REPOSITORY / "digits" / "config.pbtxt")
     settings = {"precisions": ("fp32", "fp16", "int8"), "latency_limit_us": 2_000} | options
     return build_space(base, Platform(cpu_count=2), SpaceOptions(**settings))  # type: ignore[arg-type]
 

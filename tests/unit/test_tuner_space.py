@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import onnx
 import optuna
 import pytest
+from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.config.model_config import parse_config_text, read_config_file
 from serve.config.validate import validate_config
+from tests.conftest import BUNDLED_REPOSITORY
 from tuner.budget import LatencyBudget, parse_duration_us
 from tuner.candidate import Candidate, apply, config_precision, diff, format_diff, variant_filename
+from tuner.model_batch import accepted_batch_size
+from tuner.run import TuneOptions, model_space
 from tuner.space import Platform, SpaceOptions, build_space, grid
 
-REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
+REPOSITORY = BUNDLED_REPOSITORY
 ALL_PRECISIONS = ("fp32", "fp16", "int8", "trt_fp16", "trt_int8")
 
 
@@ -204,6 +210,42 @@ def test_digits_space_on_two_cores() -> None:
     # per (instances, threads, precision): batching off + mbs 2: 6, 4: 11, 8..64: 4 x 16
     assert space.size == 3 * 3 * (1 + 6 + 11 + 4 * 16) == 738
     assert space.default_candidate().key == "mbs=64,db=on,pbs=none,delay=0,inst=1,thr=1,prec=fp32"
+
+
+def _fixed_batch_model(path: Path, batch: int) -> Path:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "fixed", [x], [y])
+    onnx.save(helper.make_model(graph), str(path))
+    return path
+
+
+def test_the_batch_a_model_accepts_comes_from_its_graph(tmp_path: Path) -> None:
+    digits = REPOSITORY / "digits"
+    assert accepted_batch_size(_config("digits"), digits / "1" / "model.onnx") is None  # dynamic
+    fixed = _fixed_batch_model(tmp_path / "fixed.onnx", 24)
+    assert accepted_batch_size(_config("digits"), fixed) == 24
+    python = _config("add_sub_py")  # a python model says it in its config only
+    assert accepted_batch_size(python, tmp_path / "none.py") == python.max_batch_size == 8
+
+
+def test_max_batch_size_is_searched_up_to_what_the_model_accepts(tmp_path: Path) -> None:
+    # A run wrote a smaller max_batch_size: the next run can still go back up.
+    written = _config("digits")
+    written.max_batch_size = 4
+    model = REPOSITORY / "digits" / "1" / "model.onnx"
+    options = TuneOptions(repository=REPOSITORY, budget=LatencyBudget(95, 10_000))
+
+    def sizes(options: TuneOptions, path: Path = model) -> tuple[int, ...]:
+        space = model_space(options, written, path, Platform(cpu_count=2), ("fp32",))
+        assert space.batching is not None
+        return space.batching.max_batch_sizes
+
+    assert sizes(options) == (2, 4, 8, 16, 32, 64, 128)
+    assert sizes(replace(options, max_batch_size_cap=48)) == (2, 4, 8, 16, 32, 48)
+    assert sizes(options, _fixed_batch_model(tmp_path / "fixed.onnx", 24)) == (2, 4, 8, 16, 24)
+    narrowed = replace(options, space=SpaceOptions(max_batch_cap=8))
+    assert sizes(narrowed) == (2, 4, 8)
 
 
 def test_space_options_shrink_the_grid() -> None:
