@@ -1,14 +1,18 @@
-"""The baseline file (schema 1): what was measured, how, where, and its reading and writing.
+"""The baseline file (schema 2): what was measured, how, where, and its reading and writing.
 
 ```
-{"schema": 1, "kind": "autotune-perf-baseline", "recorded_at": ISO-8601 UTC,
+{"schema": 2, "kind": "autotune-perf-baseline", "recorded_at": ISO-8601 UTC,
  "machine": {...describe_machine()...},
  "settings": {"measurement_interval_ms", "stability_percentage", "max_trials",
-              "warmup_request_count", "batch_size", "baseline_repeats"},
+              "warmup_request_count", "batch_size", "repeats", "statistic"},
  "models": [{"name", "version", "config_sha256",
              "loads": [{"concurrency", "throughput", "p50_us", "p95_us", "p99_us",
                         "avg_us", "request_count", "error_count", "stable"}]}]}
 ```
+
+Each load's metrics are `statistic` ("median") over `repeats` runs; the gate measures as many
+runs and compares the same statistic. Schema 1 files (settings.baseline_repeats, no statistic)
+recorded the median as well and are read as such.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from typing import Any
 
 from serve.config.model_config import write_text_atomic
 
-SCHEMA = 1
+SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)
 KIND = "autotune-perf-baseline"
 DEFAULT_INTERVAL_MS = 1000
+MEDIAN = "median"
+STATISTICS = (MEDIAN,)  # what a baseline may record: the gate computes the same one
 
 
 class BaselineError(Exception):
@@ -38,7 +45,8 @@ class GateSettings:
     max_trials: int = 8
     warmup_request_count: int = 20
     batch_size: int = 1
-    baseline_repeats: int = 1  # measurements per load whose median the baseline records
+    repeats: int = 1  # runs per load, summed up by `statistic`, on both sides of the gate
+    statistic: str = MEDIAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +119,10 @@ class _Invalid(Exception):
 def _parse(document: Any) -> Baseline:
     root = _object(document, "the top level")
     schema = root.get("schema")
-    if schema != SCHEMA:
+    if isinstance(schema, bool) or schema not in READABLE_SCHEMAS:
         raise _Invalid(
-            f"'schema' is {schema!r}; this autotune reads schema {SCHEMA} "
+            f"'schema' is {schema!r}; this autotune reads schemas "
+            f"{' and '.join(str(s) for s in READABLE_SCHEMAS)} "
             "(record the baseline again with `autotune baseline`)"
         )
     settings = _object(root.get("settings"), "'settings'")
@@ -123,23 +132,39 @@ def _parse(document: Any) -> Baseline:
     return Baseline(
         recorded_at=_str(root.get("recorded_at"), "'recorded_at'"),
         machine=_object(root.get("machine"), "'machine'"),
-        settings=GateSettings(
-            measurement_interval_ms=int(
-                _number(settings.get("measurement_interval_ms"), "settings.measurement_interval_ms")
-            ),
-            stability_percentage=_number(
-                settings.get("stability_percentage"), "settings.stability_percentage"
-            ),
-            max_trials=int(_number(settings.get("max_trials"), "settings.max_trials")),
-            warmup_request_count=int(
-                _number(settings.get("warmup_request_count"), "settings.warmup_request_count", 0)
-            ),
-            batch_size=int(_number(settings.get("batch_size"), "settings.batch_size")),
-            baseline_repeats=int(
-                _number(settings.get("baseline_repeats", 1), "settings.baseline_repeats")
-            ),
-        ),
+        settings=_settings(settings, schema),
         models=[_model(item, f"models[{i}]") for i, item in enumerate(models)],
+    )
+
+
+def _settings(settings: dict[str, Any], schema: int) -> GateSettings:
+    if schema == 1:  # the median of settings.baseline_repeats runs (1 when absent)
+        repeats = settings.get("baseline_repeats", 1)
+        repeats_where = "settings.baseline_repeats"
+        statistic = MEDIAN
+    else:
+        repeats = settings.get("repeats")
+        repeats_where = "settings.repeats"
+        statistic = _str(settings.get("statistic"), "settings.statistic")
+        if statistic not in STATISTICS:
+            raise _Invalid(
+                f"settings.statistic is {statistic!r}; this autotune records and compares "
+                f"{' or '.join(repr(s) for s in STATISTICS)}"
+            )
+    return GateSettings(
+        measurement_interval_ms=int(
+            _number(settings.get("measurement_interval_ms"), "settings.measurement_interval_ms")
+        ),
+        stability_percentage=_number(
+            settings.get("stability_percentage"), "settings.stability_percentage"
+        ),
+        max_trials=int(_number(settings.get("max_trials"), "settings.max_trials")),
+        warmup_request_count=int(
+            _number(settings.get("warmup_request_count"), "settings.warmup_request_count", 0)
+        ),
+        batch_size=int(_number(settings.get("batch_size"), "settings.batch_size")),
+        repeats=_whole(repeats, repeats_where),
+        statistic=statistic,
     )
 
 
@@ -197,6 +222,14 @@ def _number(value: Any, where: str, minimum: float = 1e-12) -> float:
         bound = "positive" if minimum > 0 else f"at least {minimum:g}"
         raise _Invalid(f"{where} must be {bound}, not {value}")
     return float(value)
+
+
+def _whole(value: Any, where: str) -> int:
+    """A whole number of at least 1."""
+    number = _number(value, where, 0)
+    if number < 1 or number != int(number):
+        raise _Invalid(f"{where} must be a whole number of at least 1, not {value}")
+    return int(number)
 
 
 def _kind(value: Any) -> str:

@@ -115,7 +115,7 @@ _url_option = click.option("--url", help="host:port of a running server to measu
     type=click.IntRange(min=1),
     default=3,
     show_default=True,
-    help="Measurements per load; the median of each metric is recorded.",
+    help="Runs per load; the median of each metric is recorded (the gate measures as many).",
 )
 @_url_option
 def baseline_command(
@@ -131,12 +131,13 @@ def baseline_command(
 
     Each model of the repository (as configured now) is measured at each --concurrency with
     stable measurement windows, --repeats times. The median of each metric, the measurement
-    settings, each model's config hash and this machine's description are written to --out
-    for `autotune gate`.
+    settings (the repeats and the statistic included), each model's config hash and this
+    machine's description are written to --out for `autotune gate`, which measures as many
+    runs and compares their median.
     Exit codes: 0 written, 2 usage or environment error.
     """
     wanted = list(models) if url else _local_models(model_repository, models)
-    settings = GateSettings(measurement_interval_ms=measurement_interval, baseline_repeats=repeats)
+    settings = GateSettings(measurement_interval_ms=measurement_interval, repeats=repeats)
     try:
         with served(url, model_repository, wanted) as address:
             baseline = record_baseline(
@@ -185,7 +186,8 @@ def baseline_command(
     type=click.IntRange(min=0),
     default=2,
     show_default=True,
-    help="Re-measurements of a regressed load before it counts (judged on the best attempt).",
+    help="Re-measurements of a regressed load before it counts, each a whole set of the "
+    "baseline's repeats (judged on the median of all its runs).",
 )
 def gate_command(
     baseline_path: Path,
@@ -200,10 +202,12 @@ def gate_command(
 ) -> None:
     """Measure again what a baseline recorded and fail on a performance regression.
 
-    Each model and load of the baseline is measured with the baseline's settings. A load
-    whose throughput falls by more than --tolerance, or whose p95 latency rises by more than
-    --latency-tolerance (default: --tolerance), is measured again (up to --retries times)
-    and regresses only if the best attempt still does.
+    Each model and load of the baseline is measured with the baseline's settings, as many
+    runs as the baseline's repeats, and the median of those runs is compared with the
+    baseline's median. A load whose throughput falls by more than --tolerance, or whose p95
+    latency rises by more than --latency-tolerance (default: --tolerance), is measured again,
+    a whole set of runs at a time (up to --retries times), and regresses only if the median
+    of all its runs still does.
 
     Exit codes: 0 pass, 1 regression, 2 usage or environment error (missing or malformed
     baseline, unreachable server, model missing). A different machine only warns.
@@ -220,6 +224,11 @@ def gate_command(
             f"(models: {', '.join(recorded)})"
         )
     limits = Tolerance(tolerance, tolerance if latency_tolerance is None else latency_tolerance)
+    settings = baseline.settings
+    click.echo(
+        f"comparing the {settings.statistic} of {settings.repeats} run(s) per load with the "
+        f"baseline's {settings.statistic} of as many"
+    )
     wanted = list(models or recorded)
     if not url:
         _local_models(model_repository, wanted, f" of {baseline_path}")

@@ -1,11 +1,12 @@
-"""Comparing a measurement with its baseline: the tolerance, the checks, the best of attempts."""
+"""Comparing a load's runs with its baseline: the tolerance and the checks. Both sides are the
+same statistic (the median) of their runs (see statistic.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from tuner.gate.baseline_file import LoadPoint
+from tuner.gate.baseline_file import MEDIAN, LoadPoint
+from tuner.gate.statistic import describe_runs
 
 THROUGHPUT = "throughput"
 P95 = "p95"
@@ -51,7 +52,8 @@ class Tolerance:
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One metric of one model at one load: baseline against now."""
+    """One metric of one model at one load: baseline against now, each `statistic` of its
+    runs (`runs` now, measured in `attempts` sets of the baseline's repeats)."""
 
     model: str
     concurrency: int
@@ -59,7 +61,9 @@ class Check:
     baseline: float
     current: float
     tolerance: float
+    runs: int = 1
     attempts: int = 1
+    statistic: str = MEDIAN
 
     @property
     def change(self) -> float:
@@ -90,35 +94,43 @@ class Check:
             f"({format_percent(self.change, signed=True)}, "
             f"tolerance {format_percent(self.tolerance)})"
         )
-        if self.attempts > 1:
-            text += f", best of {self.attempts} attempts"
+        if self.runs > 1:
+            text += f", {describe_runs(self.statistic, self.runs, self.attempts)}"
         return text
+
+    def runs_cell(self) -> str:
+        """'3', or '6 in 2 attempts' for a re-measured load."""
+        return str(self.runs) + (f" in {self.attempts} attempts" if self.attempts > 1 else "")
 
 
 def checks(
-    model: str, baseline: LoadPoint, current: LoadPoint, tolerance: Tolerance, attempts: int = 1
+    model: str,
+    baseline: LoadPoint,
+    current: LoadPoint,
+    tolerance: Tolerance,
+    runs: int = 1,
+    attempts: int = 1,
+    statistic: str = MEDIAN,
 ) -> list[Check]:
+    """Throughput and p95 of `current` against `baseline`: both must be the same statistic."""
+
     def check(metric: str, before: float, after: float) -> Check:
         return Check(
-            model, baseline.concurrency, metric, before, after, tolerance.of(metric), attempts
+            model,
+            baseline.concurrency,
+            metric,
+            before,
+            after,
+            tolerance.of(metric),
+            runs,
+            attempts,
+            statistic,
         )
 
     return [
         check(THROUGHPUT, baseline.throughput, current.throughput),
         check(P95, baseline.p95_us, current.p95_us),
     ]
-
-
-def best_of(points: Sequence[LoadPoint]) -> LoadPoint:
-    """Each metric at its best over the attempts: noise only ever makes a run look worse,
-    so a regression counts only when even the best attempt shows it."""
-    best = max(points, key=lambda p: p.throughput)
-    return replace(
-        best,
-        p50_us=min(p.p50_us for p in points),
-        p95_us=min(p.p95_us for p in points),
-        p99_us=min(p.p99_us for p in points),
-    )
 
 
 def _count(value: float) -> str:

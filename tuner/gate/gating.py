@@ -1,5 +1,6 @@
-"""`autotune gate`'s work: measure again, compare, and re-measure a regressed load before
-believing it (the machine is noisy; a real regression persists)."""
+"""`autotune gate`'s work: measure each load as the baseline did, compare the same statistic,
+and re-measure a regressed load before believing it (the machine is noisy; a real regression
+persists). The verdict on one load is judging.py's."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tuner.gate.baseline_file import Baseline, LoadPoint
-from tuner.gate.compare import Check, Tolerance, best_of, checks
+from tuner.gate.baseline_file import MEDIAN, Baseline, GateSettings, LoadPoint
+from tuner.gate.compare import Check, Tolerance
+from tuner.gate.judging import Verdict, judge_load
 from tuner.gate.machine import describe_machine, machine_differences
 from tuner.gate.measuring import measure_point
 from tuner.gate.server import ServedModel
+from tuner.gate.statistic import describe_runs
 
 # A re-measurement waits this long first, so that a short burst of other work on the machine
 # is over rather than measured again.
@@ -20,9 +23,12 @@ RETRY_PAUSE_S = 1.0
 
 @dataclass(slots=True)
 class GateOutcome:
-    """Every check, what the reader should know besides (notes), and how long it took."""
+    """Every check, what the reader should know besides (notes), and how long it took.
+    Each value on both sides is `statistic` of its runs (`repeats` a set)."""
 
     tolerance: Tolerance
+    statistic: str = MEDIAN
+    repeats: int = 1
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: dict[tuple[str, int], float] = field(default_factory=dict)  # per model and load
@@ -36,6 +42,10 @@ class GateOutcome:
     def passed(self) -> bool:
         return not self.regressions
 
+    def compared(self) -> str:
+        """'median of 3 runs per load': what each side of every check is."""
+        return f"{describe_runs(self.statistic, self.repeats)} per load"
+
 
 def run_gate(
     url: str,
@@ -45,10 +55,12 @@ def run_gate(
     retries: int,
     say: Callable[[str], None] = lambda _text: None,
 ) -> GateOutcome:
-    """Measure each model at each of its baseline's loads and compare; a regressed load is
-    measured up to `retries` more times and judged on the best of its attempts."""
+    """Measure each model at each of its baseline's loads as the baseline did (its repeats,
+    its statistic) and compare; a regressed load is measured again, a whole set at a time, up
+    to `retries` more times and judged on the statistic of all its runs."""
     started = time.monotonic()
-    outcome = GateOutcome(tolerance)
+    settings = baseline.settings
+    outcome = GateOutcome(tolerance, settings.statistic, settings.repeats)
     differences = machine_differences(baseline.machine, describe_machine())
     if differences:
         outcome.notes.append(
@@ -63,15 +75,15 @@ def run_gate(
             outcome.notes.append(f"{model.name}: the served config differs from the baseline's")
         for load in recorded.loads:
             load_started = time.monotonic()
-            found, point = _judge(url, model.name, load, baseline, tolerance, retries, say)
-            outcome.checks.extend(found)
-            if point.error_count:
+            verdict = _judge(url, model.name, load, settings, tolerance, retries, say)
+            outcome.checks.extend(verdict.checks)
+            if verdict.point.error_count:
                 outcome.notes.append(
-                    f"{model.name} @ concurrency {load.concurrency}: {point.error_count} "
-                    "requests failed"
+                    f"{model.name} @ concurrency {load.concurrency}: {verdict.point.error_count} "
+                    f"requests failed (over {len(verdict.runs)} runs)"
                 )
             outcome.seconds[(model.name, load.concurrency)] = time.monotonic() - load_started
-            for check in found:
+            for check in verdict.checks:
                 say(("REGRESSION " if check.regressed else "ok ") + check.describe())
     outcome.elapsed_s = time.monotonic() - started
     return outcome
@@ -81,19 +93,18 @@ def _judge(
     url: str,
     model: str,
     load: LoadPoint,
-    baseline: Baseline,
+    settings: GateSettings,
     tolerance: Tolerance,
     retries: int,
     say: Callable[[str], None],
-) -> tuple[list[Check], LoadPoint]:
-    attempts = [measure_point(url, model, load.concurrency, baseline.settings)]
-    best = attempts[0]
-    found = checks(model, load, best, tolerance)
-    while any(c.regressed for c in found) and len(attempts) <= retries:
-        first = next(c for c in found if c.regressed)
-        say(f"measuring again ({len(attempts) + 1} of {retries + 1}): {first.describe()}")
-        time.sleep(RETRY_PAUSE_S)
-        attempts.append(measure_point(url, model, load.concurrency, baseline.settings))
-        best = best_of(attempts)
-        found = checks(model, load, best, tolerance, len(attempts))
-    return found, best
+) -> Verdict:
+    return judge_load(
+        model,
+        load,
+        settings,
+        tolerance,
+        retries,
+        measure=lambda: measure_point(url, model, load.concurrency, settings),
+        pause=lambda: time.sleep(RETRY_PAUSE_S),
+        say=say,
+    )

@@ -34,6 +34,7 @@ def junit_xml(outcome: GateOutcome, baseline_path: Path) -> str:
     for name, value in (
         ("baseline", str(baseline_path)),
         ("tolerance", outcome.tolerance.describe()),
+        ("statistic", outcome.compared()),
         *(("note", note) for note in outcome.notes),
     ):
         ET.SubElement(properties, "property", name=name, value=value)

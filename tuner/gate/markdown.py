@@ -19,9 +19,10 @@ def gate_markdown(outcome: GateOutcome, baseline_path: Path) -> str:
         f"## Performance gate: {verdict}",
         "",
         f"Compared with `{baseline_path}`, tolerance {outcome.tolerance.describe()} "
-        "(throughput may not fall, nor p95 latency rise, by more).",
+        "(throughput may not fall, nor p95 latency rise, by more). Both sides are the "
+        f"{outcome.compared()}; a re-measured load, of all its runs.",
         "",
-        "| | model | concurrency | metric | baseline | now | change | attempts |",
+        "| | model | concurrency | metric | baseline | now | change | runs |",
         "|---|---|---:|---|---:|---:|---:|---:|",
     ]
     for check in outcome.checks:
@@ -29,7 +30,7 @@ def gate_markdown(outcome: GateOutcome, baseline_path: Path) -> str:
         mark = "❌" if check.regressed else "✅"
         lines.append(
             f"| {mark} | {_cell(check.model)} | {check.concurrency} | {label} ({unit}) | "
-            f"{before} | {after} | {check.change * 100:+.1f}% | {check.attempts} |"
+            f"{before} | {after} | {check.change * 100:+.1f}% | {check.runs_cell()} |"
         )
     if regressions:
         lines += ["", "**Regressions**", ""]

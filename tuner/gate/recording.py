@@ -1,19 +1,19 @@
 """`autotune baseline`'s work: measure every model at every load and describe the machine.
 
-Each load is measured `settings.baseline_repeats` times and the median of each metric is
-recorded: a lucky (or unlucky) run on a noisy machine would otherwise set the bar for every
-gate that follows."""
+Each load is measured `settings.repeats` times and `settings.statistic` (the median) of each
+metric is recorded: a lucky (or unlucky) run on a noisy machine would otherwise set the bar for
+every gate that follows. The gate measures as many runs and compares the same statistic."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from tuner.gate.baseline_file import Baseline, GateSettings, LoadPoint, ModelBaseline
+from tuner.gate.baseline_file import Baseline, GateSettings, ModelBaseline
 from tuner.gate.machine import describe_machine
 from tuner.gate.measuring import measure_point
 from tuner.gate.server import ServedModel
+from tuner.gate.statistic import describe_runs, summarize
 
 
 def record_baseline(
@@ -28,16 +28,16 @@ def record_baseline(
     for model in models:
         loads = []
         for concurrency in concurrencies:
-            point = median_of(
-                [
-                    measure_point(url, model.name, concurrency, settings)
-                    for _ in range(settings.baseline_repeats)
-                ]
-            )
+            runs = [
+                measure_point(url, model.name, concurrency, settings)
+                for _ in range(settings.repeats)
+            ]
+            point = summarize(runs, settings.statistic)
             say(
                 f"{model.name} @ concurrency {concurrency}: {point.throughput:,.1f} infer/s, "
                 f"p50 {point.p50_us / 1000:.2f} ms, p95 {point.p95_us / 1000:.2f} ms, "
-                f"p99 {point.p99_us / 1000:.2f} ms" + ("" if point.stable else " (unstable)")
+                f"p99 {point.p99_us / 1000:.2f} ms ({describe_runs(settings.statistic, len(runs))})"
+                + ("" if point.stable else " (unstable)")
             )
             loads.append(point)
         recorded.append(ModelBaseline(model.name, model.version, model.config_sha256, loads))
@@ -46,19 +46,4 @@ def record_baseline(
         machine=describe_machine(),
         settings=settings,
         models=recorded,
-    )
-
-
-def median_of(points: Sequence[LoadPoint]) -> LoadPoint:
-    """Each metric's median over the repeats (counts summed; stable only if all were)."""
-    return LoadPoint(
-        concurrency=points[0].concurrency,
-        throughput=statistics.median(p.throughput for p in points),
-        p50_us=statistics.median(p.p50_us for p in points),
-        p95_us=statistics.median(p.p95_us for p in points),
-        p99_us=statistics.median(p.p99_us for p in points),
-        avg_us=statistics.median(p.avg_us for p in points),
-        request_count=sum(p.request_count for p in points),
-        error_count=sum(p.error_count for p in points),
-        stable=all(p.stable for p in points),
     )
