@@ -122,7 +122,7 @@ def test_same_config_passes(recorded: Path, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gate passed: 8 checks" in result.stdout
-    assert "comparing the median of 2 run(s) per load" in result.stdout
+    assert "measured as the baseline's was: median of 2 runs" in result.stdout
     cases = _testcases(work / "gate.xml")
     assert len(cases) == 8  # 2 models x 2 loads x (throughput, p95)
     assert not [c for c in cases if c.find("failure") is not None]
@@ -177,7 +177,7 @@ def test_unchanged_config_passes_at_the_workflows_ten_percent(steady: Path, tmp_
     work = _copy(steady, tmp_path / "work")
     result = autotune(work, "gate", *WORKFLOW_TOLERANCES, "--retries", "2", timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "comparing the median of 3 run(s) per load" in result.stdout
+    assert "measured as the baseline's was: median of 3 runs" in result.stdout
     assert "gate passed: 2 checks within throughput 10%, p95 25%" in result.stdout
     assert "ok add_sub_py @ concurrency 1: throughput" in result.stdout
 

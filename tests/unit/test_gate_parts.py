@@ -26,7 +26,7 @@ from tuner.gate.judging import Verdict, judge_load
 from tuner.gate.junit import junit_xml
 from tuner.gate.machine import describe_machine, machine_differences
 from tuner.gate.markdown import gate_markdown
-from tuner.gate.statistic import median_of
+from tuner.gate.statistic import describe_runs, median_of, summarize
 
 
 def point(throughput: float, p95_us: float, concurrency: int = 4) -> LoadPoint:
@@ -73,6 +73,14 @@ def test_latency_tolerance_applies_to_p95_only() -> None:
 def test_median_of_repeats() -> None:
     median = median_of([point(100, 900), point(140, 1500), point(120, 700)])
     assert median.throughput == 120 and median.p95_us == 900 and median.request_count == 300
+
+
+def test_the_statistic_is_named_and_only_the_median_is_known() -> None:
+    assert describe_runs("median", 1) == "a single run"
+    assert describe_runs("median", 3) == "median of 3 runs"
+    assert describe_runs("median", 6, 2) == "median of 6 runs in 2 attempts"
+    with pytest.raises(ValueError, match="unknown statistic 'best'"):
+        summarize([point(100, 900)], "best")
 
 
 TEN_PERCENT = Tolerance(0.10, 0.10)
@@ -254,7 +262,7 @@ def test_markdown_is_a_table_with_escaped_cells() -> None:
     assert len(rows) == 5  # header + 4 checks
     row = "| ❌ | a\\|b | 4 | throughput (infer/s) | 5,000 | 2,000 | -60.0% | 9 in 3 attempts |"
     assert row in rows
-    assert "Both sides are the median of 3 runs per load" in text
+    assert "Both sides: median of 3 runs per load" in text
     assert "- a <note> & more" in text
 
 

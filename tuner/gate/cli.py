@@ -23,6 +23,7 @@ from tuner.gate.junit import write_junit
 from tuner.gate.markdown import write_markdown
 from tuner.gate.recording import record_baseline
 from tuner.gate.server import TargetError, models_on_disk, served, survey
+from tuner.gate.statistic import describe_runs
 
 EXIT_PASS = 0
 EXIT_REGRESSION = 1
@@ -226,8 +227,8 @@ def gate_command(
     limits = Tolerance(tolerance, tolerance if latency_tolerance is None else latency_tolerance)
     settings = baseline.settings
     click.echo(
-        f"comparing the {settings.statistic} of {settings.repeats} run(s) per load with the "
-        f"baseline's {settings.statistic} of as many"
+        "each load is measured as the baseline's was: "
+        + describe_runs(settings.statistic, settings.repeats)
     )
     wanted = list(models or recorded)
     if not url:

@@ -19,8 +19,8 @@ def gate_markdown(outcome: GateOutcome, baseline_path: Path) -> str:
         f"## Performance gate: {verdict}",
         "",
         f"Compared with `{baseline_path}`, tolerance {outcome.tolerance.describe()} "
-        "(throughput may not fall, nor p95 latency rise, by more). Both sides are the "
-        f"{outcome.compared()}; a re-measured load, of all its runs.",
+        "(throughput may not fall, nor p95 latency rise, by more). Both sides: "
+        f"{outcome.compared()} (a re-measured load: of all its runs).",
         "",
         "| | model | concurrency | metric | baseline | now | change | runs |",
         "|---|---|---:|---|---:|---:|---:|---:|",
