@@ -20,6 +20,15 @@ from serve.repository.manager import ControlMode, ModelRepository
 
 log = logging.getLogger("serve")
 
+# Idle keep-alive connections stay open until the client closes them, as Triton's do. Clients
+# pool connections and reuse any idle one without notice: a server-side close that crosses a
+# request already on its way resets the connection before the request is read, and libcurl
+# (perf_analyzer, tritonclient) cannot replay a POST on a new connection, so the request fails
+# ("failed to parse the request JSON buffer: The document is empty"). uvicorn closes after 5 s
+# idle by default; a day only bounds peers that vanished without closing, which TCP keepalive
+# probes (SO_KEEPALIVE on the listening socket, inherited by every accepted one) find sooner.
+KEEP_ALIVE_IDLE_S = 24 * 60 * 60
+
 
 @dataclass(slots=True)
 class ServerOptions:
@@ -50,6 +59,7 @@ def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
@@ -69,6 +79,7 @@ async def run_server(options: ServerOptions) -> None:
         access_log=options.log_verbose > 1,
         log_level="info" if options.log_verbose else "warning",
         timeout_graceful_shutdown=30,
+        timeout_keep_alive=KEEP_ALIVE_IDLE_S,
         proxy_headers=False,  # each of these costs CPU on every response
         server_header=False,
         date_header=False,
