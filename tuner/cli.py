@@ -201,8 +201,15 @@ def main(
 
 
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # Unwind like Ctrl-C: the search marks the running trial, the tuning server is stopped.
-    raise KeyboardInterrupt
+    """Unwind like Ctrl-C: the search marks the running trial, the tuning server is stopped.
+
+    Through SIGINT's handler: while the analyzer's event loop runs, that handler cancels the
+    loop's task and KeyboardInterrupt follows once it has unwound; raised here instead, it
+    could land in one of the loop's callbacks, which would swallow it."""
+    if callable(signal.getsignal(signal.SIGINT)):
+        signal.raise_signal(signal.SIGINT)
+    else:  # SIGINT ignored (started in the background): interrupt here
+        raise KeyboardInterrupt
 
 
 def run_tuning(options: TuneOptions) -> int:

@@ -146,3 +146,25 @@ def test_a_tuning_server_that_does_not_start_is_one_line_and_keeps_its_log(
     assert f"(its log: {kept})" in message and "\n" not in message
     assert kept.is_file()
     assert not any(tmp_path.glob("scratch-*")), "the scratch folder is removed"
+
+
+def test_models_whose_turn_comes_after_the_time_budget_are_not_tuned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("a", "b"):
+        (tmp_path / "repo" / name).mkdir(parents=True)
+
+    def never(*_: object) -> NoReturn:
+        raise AssertionError("no time was left to tune")
+
+    monkeypatch.setattr("tuner.cli.tune_model", never)
+    options = TuneOptions(
+        repository=tmp_path / "repo",
+        budget=LatencyBudget(95, 10_000),
+        time_budget_s=1e-9,  # spent before the first model's turn
+        report_dir=tmp_path / "reports",
+    )
+    assert run_tuning(options) == EXIT_NOT_TUNED
+    err = capsys.readouterr().err
+    for name in ("a", "b"):
+        assert f"error: '{name}' could not be tuned: the time budget was spent" in err
