@@ -1,5 +1,5 @@
 """The tuner's console: a progress bar per model (trials, best so far, time left) and the
-default-vs-best table at the end."""
+as-written-vs-best table at the end."""
 
 from __future__ import annotations
 
@@ -72,11 +72,17 @@ class TuneConsole:
         table.add_column("")
         for column in ("infer/s", "p50 ms", "p95 ms", "p99 ms", "concurrency", "config"):
             table.add_column(column, justify="right" if column != "config" else "left")
-        for label, trial in (("default", report.default), ("best", report.best)):
+        for label, trial in (("as written", report.as_written), ("best", report.best)):
             table.add_row(label, *_row(trial))
         self.console.print(table)
+        best, baseline = report.best, _throughput(report.as_written)
+        if best is not None and best.outcome is not None and baseline:
+            ratio = best.outcome.throughput / baseline
+            self.console.print(f"  best / as written: {ratio:.2f}x the throughput")
         for field, old, new in report.changes:
-            self.console.print(f"  {field}: {old} -> {new}")
+            self.console.print(f"  {field}: {old} -> {new}", markup=False)
+        if best is not None and not report.changes:
+            self.console.print("  the configuration as written is the best found: nothing to write")
         if report.unmeasured_reason is not None:
             self.error(
                 f"'{report.model}' could not be tuned: no configuration could be measured "
@@ -99,6 +105,10 @@ class TuneConsole:
                 self.console.print(f"  previous config kept as {report.written['backup']}")
 
 
+def _throughput(trial: TrialRecord | None) -> float | None:
+    return trial.outcome.throughput if trial is not None and trial.outcome is not None else None
+
+
 def _best_text(best: TrialRecord | None) -> str:
     if best is None or best.outcome is None:
         return "best: -"
@@ -106,7 +116,7 @@ def _best_text(best: TrialRecord | None) -> str:
 
 
 def _trial_text(trial: TrialRecord) -> str:
-    key = trial.candidate.key if trial.candidate is not None else "?"
+    key = trial.label
     outcome = trial.outcome
     if outcome is None:
         return f"trial {trial.number} {trial.state} {key}"
@@ -129,5 +139,5 @@ def _row(trial: TrialRecord | None) -> list[str]:
             for k in ("p50_us", "p95_us", "p99_us")
         ),
         f"{metrics.get('concurrency', 0):.0f}",
-        trial.candidate.key if trial.candidate is not None else "",
+        trial.label,
     ]

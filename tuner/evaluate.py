@@ -14,7 +14,7 @@ from analyzer.load.options import LoadOptions
 from analyzer.measurement import Measurement
 from analyzer.profiler.settings import MeasureSettings
 from tuner.budget import LatencyBudget
-from tuner.candidate import PRECISION, Candidate, apply
+from tuner.candidate import PRECISION, Candidate, apply, config_precision
 from tuner.precision import PrecisionVariant
 from tuner.search_types import TrialOutcome
 from tuner.server_control import ServerError, TuningServer
@@ -58,7 +58,9 @@ class TrialEvaluator:
         return apply(candidate, self._base)
 
     def __call__(self, candidate: Candidate) -> TrialOutcome:
-        precision = str(candidate.get(PRECISION, "fp32"))
+        """Load `candidate` applied to the base config and measure it. The empty candidate
+        loads the base config exactly as written."""
+        precision = str(candidate.get(PRECISION, config_precision(self._base)))
         variant = self._variants.get(precision)
         if variant is None or variant.error is not None:
             reason = variant.error if variant is not None else "not prepared"

@@ -1,5 +1,5 @@
 """What a tuning run leaves in its report folder: every trial (CSV and JSON) and a summary
-(JSON) for the reports to render, plus the default-vs-best comparison."""
+(JSON) for the reports to render, plus the as-written-vs-best comparison."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ TRIAL_COLUMNS = [
     "number",
     "state",
     "feasible",
+    "as_written",
     "candidate",
     "throughput",
     "latency_us",
@@ -37,14 +38,17 @@ TRIAL_COLUMNS = [
 
 @dataclass(slots=True)
 class ModelReport:
-    """One model's tuning result; `to_json` is the summary file's content."""
+    """One model's tuning result; `to_json` is the summary file's content. `as_written` is
+    the trial of the model's config exactly as written (`as_written_config`), which the best
+    is compared with."""
 
     model: str
     budget: str
     platform: dict[str, Any]
     search: SearchResult
-    default: TrialRecord | None
+    as_written: TrialRecord | None
     variants: list[PrecisionVariant]
+    as_written_config: str = ""
     changes: list[tuple[str, str, str]] = field(default_factory=list)
     written: dict[str, str] = field(default_factory=dict)
     validation_source: str = ""
@@ -83,7 +87,8 @@ class ModelReport:
             "study": self.search.study_name,
             "stop_reason": self.search.stop_reason,
             "space": self.space,
-            "default": _trial_json(self.default),
+            "as_written": _trial_json(self.as_written),
+            "as_written_config": self.as_written_config,
             "best": _trial_json(self.best),
             "lowest_latency": _trial_json(lowest),
             "changes": [{"field": f, "old": o, "new": n} for f, o, n in self.changes],
@@ -103,6 +108,7 @@ def _trial_json(trial: TrialRecord | None) -> dict[str, Any] | None:
         "feasible": trial.feasible,
         "candidate": trial.candidate.to_json() if trial.candidate is not None else None,
         "key": trial.candidate.key if trial.candidate is not None else None,
+        "as_written": trial.as_written,
         "outcome": trial.outcome.to_json() if trial.outcome is not None else None,
         "duration_s": trial.duration_s,
         "reused_from": trial.reused_from,
@@ -149,6 +155,7 @@ def trials_csv(trials: list[TrialRecord]) -> str:
                 trial.number,
                 trial.state,
                 trial.feasible,
+                trial.as_written,
                 trial.candidate.key if trial.candidate is not None else "",
                 f"{outcome.throughput:.2f}" if outcome is not None else "",
                 _number(outcome.latency_us) if outcome is not None else "",

@@ -14,6 +14,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.backends.registry import backend_name, get_backend
+from serve.config.model_config import CONFIG_FILENAME, config_to_text
 from serve.model.loader import model_file
 from serve.repository.discovery import model_directories, prepare_config
 from tuner.budget import LatencyBudget
@@ -199,25 +200,24 @@ def tune_model(
             result = run_search(space, evaluator, settings, lambda e: hooks.progress(model, e))
     finally:
         _remove_tree(work_dir)
-    default_key = space.default_candidate().key
-    default = next(
-        (t for t in result.trials if t.candidate is not None and t.candidate.key == default_key),
-        None,
-    )
     report = ModelReport(
         model=model,
         budget=options.budget.describe(),
         platform={"cpu_count": platform.cpu_count, "gpu": platform.gpu},
         search=result,
-        default=default,
+        as_written=next((t for t in result.trials if t.as_written), None),
         variants=variants,
+        as_written_config=_config_text(model_dir, config),
         validation_source=next((v.accuracy.source for v in variants if v.accuracy), ""),
         space=space.describe(),
     )
     if result.best is not None and result.best.candidate is not None:
         tuned = apply(result.best.candidate, config)
         report.changes = diff(config, tuned)
-        if not options.dry_run:
+        # When the config as written is the best, the repository keeps it untouched (a copy
+        # is still made for --output-repository).
+        unchanged = tuned == config and options.output_repository is None
+        if not options.dry_run and not unchanged:
             precision = str(result.best.candidate.get(PRECISION, "fp32"))
             chosen = by_precision[precision] if precision != "fp32" else None
             target_dir = model_dir
@@ -260,6 +260,12 @@ def _prepare_variants(
     for variant in variants:
         hooks.note(f"{model_dir.name}: {variant.verdict}")
     return variants
+
+
+def _config_text(model_dir: Path, config: mc.ModelConfig) -> str:
+    """config.pbtxt as the user wrote it (the completed config when there is none)."""
+    path = model_dir / CONFIG_FILENAME
+    return path.read_text(errors="replace") if path.is_file() else config_to_text(config)
 
 
 def _time_left(budget_s: float | None, started: float) -> float | None:

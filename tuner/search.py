@@ -1,4 +1,4 @@
-"""The search loop: Optuna's ask/tell behind one function (DESIGN decision 7)."""
+"""The search loop: Optuna's ask/tell behind one function."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from optuna.trial import Trial, TrialState
 
 from tuner.candidate import Candidate
 from tuner.search_study import (
+    AS_WRITTEN,
     CANDIDATE,
     KEY,
     OUTCOME,
@@ -66,8 +67,11 @@ def run_search(
 ) -> SearchResult:
     """Search `space` for the candidate with the highest throughput within the constraints.
 
-    The study (`settings.storage`, `settings.study_name`) is created or resumed. Each trial:
-    ask -> a candidate (define-by-run over `space`, TPE with the priors of
+    The study (`settings.storage`, `settings.study_name`) is created or resumed. Its first
+    trial measures the model's config exactly as written (`space.as_written()`, user attribute
+    "as_written"): with its parameters when it is a point of the space, else with none (the
+    empty candidate: TPE learns nothing from it, the budget and the report compare with it).
+    Each trial: ask -> a candidate (define-by-run over `space`, TPE with the priors of
     `space.prior_candidates()` enqueued first; in grid mode the next grid point not yet taken)
     -> `evaluate(candidate)` -> tell. Every trial is told:
 
@@ -144,8 +148,7 @@ class _SearchLoop:
 
     def run(self) -> SearchResult:
         self._fail_stale_trials()
-        if self.settings.mode == "optuna":
-            self._enqueue_priors(self._records())
+        self._enqueue_first_trials(self._records())
         self._emit("start")
         while True:
             self._fail_stale_trials()
@@ -204,11 +207,20 @@ class _SearchLoop:
         budget = self.settings.time_budget_s
         return None if budget is None else budget - (self.clock() - self.started)
 
-    def _enqueue_priors(self, records: list[TrialRecord]) -> None:
-        taken = {r.candidate.key for r in records if r.candidate and not r.interrupted}
+    def _enqueue_first_trials(self, records: list[TrialRecord]) -> None:
+        """The config as written (unless the study has it), then, for Optuna, the priors."""
+        kept = [r for r in records if not r.interrupted]
+        taken = {r.candidate.key for r in kept if r.candidate is not None}
+        if not any(r.as_written for r in kept):
+            as_written = self.space.as_written()
+            self._enqueue(as_written, as_written=True)
+            taken.add(as_written.key)
+        if self.settings.mode != "optuna":
+            return
         for candidate in self.space.prior_candidates():
             if candidate.key not in taken:
                 self._enqueue(candidate)
+                taken.add(candidate.key)
 
     def _choose_grid_point(self, records: list[TrialRecord]) -> bool:
         """Point the fixed sampler at a grid point nobody has taken; False when none is left."""
@@ -219,21 +231,24 @@ class _SearchLoop:
         }
         free = [c for c in self.grid if c.key not in taken]
         if not free:
-            return False
+            # An enqueued trial (the config as written) is still to be asked.
+            return any(r.state == "WAITING" for r in records)
         # Parallel workers start at different points so that they rarely pick the same one.
         self.fixed.params = self.space.params_for(free[min(self.worker.rank, len(free) - 1)])
         return True
 
-    def _enqueue(self, candidate: Candidate) -> None:
-        self.study.enqueue_trial(
-            self.space.params_for(candidate),
-            user_attrs={KEY: candidate.key, CANDIDATE: candidate.to_json()},
-        )
+    def _enqueue(self, candidate: Candidate, *, as_written: bool = False) -> None:
+        attrs: dict[str, object] = {KEY: candidate.key, CANDIDATE: candidate.to_json()}
+        if as_written:
+            attrs[AS_WRITTEN] = True
+        # The empty candidate (the config as written, outside the space) has no parameters.
+        params = self.space.params_for(candidate) if len(candidate) else {}
+        self.study.enqueue_trial(params, user_attrs=attrs)
 
     def _trial(self, trial: Trial) -> str:
         """Run one asked trial to its tell; a stop reason when it turned out to be surplus."""
         try:
-            candidate = self.space.suggest(trial)
+            candidate = self._candidate_of(trial)
         except Exception as exc:  # e.g. a resumed study enqueued values this space lacks
             self._tell(trial, TrialOutcome.failed(f"cannot build a candidate: {exc}"))
             return ""
@@ -266,6 +281,15 @@ class _SearchLoop:
             self.measured += 1
         self._emit("trial_end", trial_number=trial.number)
         return ""
+
+    def _candidate_of(self, trial: Trial) -> Candidate:
+        """The asked trial's candidate: suggested over the space (an enqueued trial answers
+        with its parameters), except the as-written trial outside the space, which has none."""
+        if trial.user_attrs.get(AS_WRITTEN):
+            candidate = Candidate.from_json(trial.user_attrs[CANDIDATE])
+            if len(candidate) == 0:
+                return candidate
+        return self.space.suggest(trial)
 
     def _evaluate(self, trial: Trial, candidate: Candidate) -> TrialOutcome:
         try:

@@ -2,7 +2,8 @@
 
 Each trial carries user attributes the loop relies on: "key" and "candidate" (what was tried),
 "worker" (who runs it), "heartbeat" (wall time, refreshed while it is measured), "outcome"
-(the `TrialOutcome`, once told) and "reused_from" (when an earlier measurement was reused).
+(the `TrialOutcome`, once told), "reused_from" (when an earlier measurement was reused) and
+"as_written" (on the trial that measures the model's config exactly as written).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 KEY, CANDIDATE, WORKER, HEARTBEAT = "key", "candidate", "worker", "heartbeat"
 OUTCOME, REUSED_FROM, SURPLUS = "outcome", "reused_from", "surplus"
+AS_WRITTEN = "as_written"
 _OBJECTIVE = "objective"
 _WORKER_PREFIX = "worker:"
 _SQLITE_TIMEOUT_S = 60
@@ -233,6 +235,7 @@ def record_of(trial: FrozenTrial, settings: SearchSettings) -> TrialRecord:
         duration_s=duration,
         reused_from=attrs.get(REUSED_FROM),
         worker=str(worker.get("id", "")) if isinstance(worker, Mapping) else "",
+        as_written=bool(attrs.get(AS_WRITTEN, False)),
     )
 
 

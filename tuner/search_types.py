@@ -127,7 +127,8 @@ class SearchSettings:
 @dataclass(frozen=True, slots=True)
 class TrialRecord:
     """One trial of the study, whoever ran it. `outcome` is None for a trial still running or
-    one that never finished (its process died: state FAIL)."""
+    one that never finished (its process died: state FAIL). The as-written trial's candidate
+    is the empty one when the config is no point of the space (it changes nothing)."""
 
     number: int
     state: TrialStateName
@@ -137,10 +138,25 @@ class TrialRecord:
     duration_s: float | None
     reused_from: int | None = None  # the trial whose measurement was reused
     worker: str = ""
+    as_written: bool = False  # the model's config exactly as written (trial 0)
 
     @property
     def interrupted(self) -> bool:
         return self.state == "FAIL" and self.outcome is None
+
+    @property
+    def label(self) -> str:
+        """The configuration in words: its key, "as written" (with the key when the config
+        is a point of the space) for the model's own config."""
+        return trial_label(
+            self.candidate.key if self.candidate is not None else "", self.as_written
+        )
+
+
+def trial_label(key: str, as_written: bool) -> str:
+    if not as_written:
+        return key or "?"
+    return f"as written ({key})" if key else "as written"
 
 
 @dataclass(frozen=True, slots=True)

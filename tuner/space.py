@@ -20,8 +20,10 @@ Built from the model's own config and the platform, with these rules:
 - onnxruntime on the CPU: intra_op_thread_count from 1 up to cores // instances (powers of two
   and that bound), asked after the instance count so that threads x instances <= cores always.
 - onnxruntime: precision from the caller's list; trt_* only where TensorRT is available.
-- The model's current values join these sets where they are valid, so its own config is a
-  point of the space (`default_candidate`); values that are not are snapped to the nearest.
+- The model's current values join these sets where they are valid, so its own config is
+  usually a point of the space (`as_written`); values that are not are snapped to the nearest
+  for the search's starting point (`default_candidate`), while the config as written is
+  measured as it is, outside the space.
 
 `walk` is the one description of the space: Optuna's define-by-run suggestions, the exhaustive
 grid and the encoding of a candidate as Optuna parameters are all replays of it.
@@ -51,6 +53,7 @@ from tuner.candidate import (
     TRT_PRECISIONS,
     Candidate,
     ParamValue,
+    apply,
     config_precision,
 )
 
@@ -203,10 +206,19 @@ class SearchSpace:
         """The model's own config as a point of the space (values outside it snapped)."""
         return self.walk(_snapping(self._base_values()))
 
+    def as_written(self) -> Candidate:
+        """The model's config exactly as written: the point of the space that leaves it
+        unchanged, or, when no point does (a queue delay outside the space, a thread count
+        left unset, several preferred sizes...), the empty candidate, which changes nothing
+        (`apply(Candidate(), base)` is `base`)."""
+        snapped = self.default_candidate()
+        return snapped if apply(snapped, self.base) == self.base else Candidate()
+
     def prior_candidates(self) -> list[Candidate]:
-        """Where the search starts, after Triton's batcher guide: the model's own config;
-        batching on with no preferred size, no delay and the model's max_batch_size; and the
-        latter in each other precision. Duplicates removed, order kept."""
+        """Where the search starts (after the config as written), after Triton's batcher
+        guide: the model's own config snapped onto the space; batching on with no preferred
+        size, no delay and the model's max_batch_size; and the latter in each other precision.
+        Duplicates removed, order kept."""
         wanted = self._base_values()
         priors = [self.default_candidate()]
         batching = {DYNAMIC_BATCHING: True, MAX_QUEUE_DELAY: 0, PREFERRED_BATCH_SIZE: None}

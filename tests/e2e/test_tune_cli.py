@@ -55,6 +55,14 @@ def test_tuning_digits_writes_a_config_that_serves_within_budget(
     summary = json.loads((tmp_path / "reports" / "digits" / "summary.json").read_text())
     assert summary["best"]["feasible"] is True
     assert summary["changes"], "the report lists the changed fields"
+    # Trial 0 is the config exactly as written, measured with its own 40 ms queue delay: each
+    # request waits for a batch of 64 that never comes, so it misses the 20 ms budget.
+    as_written = summary["as_written"]
+    assert as_written["number"] == 0 and as_written["as_written"] is True
+    assert as_written["outcome"]["latency_us"] > 20_000, as_written
+    assert as_written["feasible"] is False
+    assert summary["as_written_config"] == original
+    assert "as written" in result.stderr
     assert (tmp_path / "reports" / "digits" / "trials.csv").read_text().startswith("number,")
     concurrency = int(summary["best"]["outcome"]["metrics"]["concurrency"])
 
@@ -121,6 +129,33 @@ def test_output_repository_receives_the_copy(
     assert (repository / "digits" / "config.pbtxt").read_text() == SLOW_DIGITS_CONFIG
     assert read_config_file(output / "digits" / "config.pbtxt").name == "digits"
     assert (output / "digits" / "1" / "model.onnx").exists()
+
+
+def test_when_the_config_as_written_is_the_best_nothing_is_written(
+    tmp_path: Path, repository_with: Callable[..., Path]
+) -> None:
+    repository = repository_with("digits")
+    before = {p: p.read_bytes() for p in (repository / "digits").rglob("*") if p.is_file()}
+    result = autotune(
+        tmp_path,
+        "--latency-p95",
+        "50ms",
+        "--model-repository",
+        str(repository),
+        "--trials",
+        "1",  # only trial 0: the config as written
+        "--precision",
+        "fp32",
+        *FAST,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "reports" / "digits" / "summary.json").read_text())
+    assert [t["number"] for t in summary["trials"]] == [0]
+    assert summary["best"]["as_written"] is True and summary["changes"] == []
+    assert summary["written"] == {}
+    after = {p: p.read_bytes() for p in (repository / "digits").rglob("*") if p.is_file()}
+    assert after == before
+    assert "the configuration as written is the best found: nothing to write" in result.stderr
 
 
 def test_unreachable_budget_fails_clearly(
@@ -216,9 +251,8 @@ def test_a_failing_model_is_one_line_and_the_others_are_still_tuned(
     assert "EXECUTE_DELAY_MS must be a number" in errors[0]
     assert errors[1].startswith("error: 'stale' could not be tuned: study 'stale-p95-20000us")
     assert "another objective" in errors[1]
-    assert (repository / "simple" / "config.pbtxt.bak").exists(), "simple was tuned after broken"
     summary = json.loads((tmp_path / "reports" / "simple" / "summary.json").read_text())
-    assert summary["best"]["feasible"] is True
+    assert summary["best"]["feasible"] is True, "simple was tuned after broken failed"
     assert not (repository / "broken" / "config.pbtxt.bak").exists()
 
 

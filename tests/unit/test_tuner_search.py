@@ -131,6 +131,65 @@ def test_priors_are_the_first_trials() -> None:
     result = run_search(space, fake_measure, settings(n_trials=5))
     first = [t.candidate for t in result.trials[:3]]
     assert first == space.prior_candidates()
+    # digits' config is a point of its space: the first prior is the config as written
+    assert [t.as_written for t in result.trials] == [True, False, False, False, False]
+    assert result.trials[0].candidate == space.as_written() == space.default_candidate()
+
+
+def slow_digits_space(delays: tuple[int, ...] = (0, 500)) -> SearchSpace:
+    """digits as SLOW_DIGITS_CONFIG has it: a 40 ms queue delay (beyond every delay tried)
+    waiting for a full batch of 64, so its config as written is no point of the space."""
+    base = read_config_file(BUNDLED_REPOSITORY / "digits" / "config.pbtxt")
+    base.dynamic_batching.max_queue_delay_microseconds = 40_000
+    base.dynamic_batching.preferred_batch_size.append(64)
+    options = SpaceOptions(precisions=("fp32", "int8"), delays_us=delays, latency_limit_us=2_000)
+    return build_space(base, Platform(cpu_count=2), options)
+
+
+class AsWritten(Counting):
+    """The fake evaluation, and the config as written measured as a 40 ms one."""
+
+    def __call__(self, candidate: Candidate) -> TrialOutcome:
+        if len(candidate) == 0:
+            with self.lock:
+                self.calls["as written"] += 1
+            return TrialOutcome("pruned", 60.0, 40_000.0, True, {"p50_us": 40_000.0})
+        return super().__call__(candidate)
+
+
+def test_the_config_as_written_is_trial_0_even_outside_the_space(tmp_path: Path) -> None:
+    space = slow_digits_space()
+    assert space.as_written() == Candidate()  # snapped, it would be measured with 500 us
+    storage = sqlite_url(tmp_path / "study.db")
+    evaluate = AsWritten()
+    result = run_search(space, evaluate, settings(n_trials=6, storage=storage))
+    first = result.trials[0]
+    assert first.number == 0 and first.as_written and first.candidate == Candidate()
+    assert first.outcome is not None and first.outcome.latency_us == 40_000.0
+    assert first.state == "PRUNED" and not first.feasible
+    assert [t.number for t in result.trials if t.as_written] == [0]
+    assert all(t.candidate in space for t in result.trials[1:])
+    assert result.best is not None and not result.best.as_written
+    assert evaluate.calls["as written"] == 1 and sum(evaluate.calls.values()) == 6
+    told = _load("digits", storage)[0]
+    assert told.params == {} and told.user_attrs["as_written"] is True
+    assert told.constraints["latency"] == pytest.approx(40_000 / 2_000 - 1)
+
+    again = AsWritten()
+    resumed = run_search(space, again, settings(n_trials=8, storage=storage))
+    assert again.calls["as written"] == 0 and sum(again.calls.values()) == 2
+    assert [t.number for t in resumed.trials if t.as_written] == [0]
+
+
+def test_grid_mode_measures_the_config_as_written_first() -> None:
+    space = slow_digits_space((0,))
+    evaluate = AsWritten()
+    result = run_search(space, evaluate, settings(mode="grid", n_trials=None))
+    assert result.trials[0].as_written and result.trials[0].candidate == Candidate()
+    assert evaluate.calls["as written"] == 1
+    assert sorted(k for k in evaluate.calls if k != "as written") == sorted(
+        c.key for c in grid(space)
+    )
 
 
 def test_trial_states_follow_the_outcomes(tmp_path: Path) -> None:

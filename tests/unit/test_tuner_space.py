@@ -284,6 +284,45 @@ def test_model_values_outside_the_space_are_snapped() -> None:
     default = space.default_candidate()
     assert default.key == "mbs=48,db=on,pbs=24,delay=5000,inst=4,thr=1,prec=fp32"
     validate_config(apply(default, base), "m", "m")
+    # ...for the search's start only: the config as written is no point of this space
+    assert space.as_written() == Candidate() and apply(Candidate(), base) == base
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "dynamic_batching { max_queue_delay_microseconds: 40000 }",  # beyond the delays tried
+        "dynamic_batching { preferred_batch_size: [4, 8] }",  # two preferred sizes
+        "dynamic_batching { }",  # no thread count: onnxruntime takes every core
+        "instance_group [{ count: 3 kind: KIND_CPU }]",  # more instances than cores
+    ],
+)
+def test_a_config_outside_the_space_is_written_as_the_empty_candidate(written: str) -> None:
+    base = parse_config_text(
+        f"""
+        name: "m" platform: "onnxruntime_onnx" max_batch_size: 8
+        input [{{ name: "x" data_type: TYPE_FP32 dims: [4] }}]
+        output [{{ name: "y" data_type: TYPE_FP32 dims: [4] }}]
+        {written}
+        """,
+        "m",
+    )
+    if "intra_op" not in written and "dynamic_batching { }" not in written:
+        base.parameters["intra_op_thread_count"].string_value = "1"
+    space = build_space(base, Platform(cpu_count=2), SpaceOptions(latency_limit_us=20_000))
+    assert space.as_written() == Candidate()
+    assert space.default_candidate() in space  # the search still starts near it
+
+
+def test_a_config_inside_the_space_is_written_as_its_point() -> None:
+    for model in ("digits", "resnet18"):
+        base = _config(model)
+        space = build_space(base, Platform(cpu_count=2), SpaceOptions(precisions=("fp32",)))
+        written = space.as_written()
+        assert written in space and written == space.default_candidate()
+        assert apply(written, base) == base
+    simple = build_space(_config("simple"), Platform(cpu_count=2))
+    assert simple.as_written() == Candidate()  # its thread count is unset: it stays unset
 
 
 def test_model_without_batching_gets_no_batching_parameters() -> None:

@@ -26,7 +26,7 @@ def report_command(run_dir: Path, output: Path | None) -> None:
 
     RUN_DIR is the run's --report-dir (one folder per model, as the tuner writes it) or one
     model's folder. The HTML file opens offline (plotly.js is inlined): per model, the
-    default vs best configuration with the changed fields, throughput against latency with
+    configuration as written vs the best, with the changed fields, throughput against latency with
     the budget and the Pareto front, the optimization history, the parameter importances,
     the latency breakdown, the precision variants' accuracy and every trial. Exits 2 when
     RUN_DIR holds no tuning summary.

@@ -1,5 +1,5 @@
-"""`autotune report` in the terminal: per model, the outcome, default vs best, the config
-diff and the precision verdicts (rich)."""
+"""`autotune report` in the terminal: per model, the outcome, the config as written vs the
+best, the config diff and the precision verdicts (rich)."""
 
 from __future__ import annotations
 
@@ -28,18 +28,18 @@ def print_model(summary: ModelSummary, console: Console) -> None:
     table.add_column("")
     for column in ("infer/s", "p50 ms", "p95 ms", "p99 ms", "concurrency", "trial"):
         table.add_column(column, justify="right")
-    for label, trial in (("default", summary.default), ("best", summary.best)):
+    for label, trial in (("as written", summary.as_written), ("best", summary.best)):
         table.add_row(label, *_row(trial), style="bold" if label == "best" else None)
     console.print(table)
-    for label, trial in (("default", summary.default), ("best", summary.best)):
-        if trial is not None:
+    for label, trial in (("as written", summary.as_written), ("best", summary.best)):
+        if trial is not None and trial.key:  # the config as written may be no point of the space
             console.print(f"  {label}: {escape(trial.key)}")
-    best, default = summary.best, summary.default
+    best, as_written = summary.best, summary.as_written
     if best is None or not best.throughput:
         console.print(f"  [red]no configuration meets {escape(summary.budget)}[/]")
-    elif default is not None and default.throughput:
+    elif as_written is not None and as_written.throughput:
         console.print(
-            f"  best / default throughput: [bold]{best.throughput / default.throughput:.2f}x"
+            f"  best / as written throughput: [bold]{best.throughput / as_written.throughput:.2f}x"
         )
     for field, old, new in summary.changes:
         console.print(f"  {escape(field)}: [red strike]{escape(old)}[/] -> [green]{escape(new)}[/]")

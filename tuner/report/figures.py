@@ -30,7 +30,7 @@ def pareto_front(trials: Sequence[TrialView]) -> list[TrialView]:
 
 def tradeoff_figure(summary: ModelSummary) -> go.Figure:
     """Throughput against the budget's latency percentile: every measured trial, the budget
-    as a vertical line, the Pareto front as a line, default and best marked."""
+    as a vertical line, the Pareto front as a line, the config as written and the best marked."""
     fig = go.Figure()
     measured = [t for t in summary.trials if t.measured]
     for feasible, name, color, symbol in (
@@ -45,7 +45,7 @@ def tradeoff_figure(summary: ModelSummary) -> go.Figure:
                 x=[_ms(t.latency_us) for t in group],
                 y=[t.throughput for t in group],
                 marker={"color": color, "symbol": symbol, "size": 9},
-                customdata=[[t.number, t.key, _status(t)] for t in group],
+                customdata=[[t.number, t.label, _status(t)] for t in group],
                 hovertemplate="trial %{customdata[0]}: %{y:,.1f} infer/s, %{x:.2f} ms"
                 "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
             )
@@ -61,7 +61,7 @@ def tradeoff_figure(summary: ModelSummary) -> go.Figure:
             hoverinfo="skip",
         )
     for label, trial, marker in (
-        ("default", summary.default, {"symbol": "diamond-open", "color": "#8d2b0b"}),
+        ("as written", summary.as_written, {"symbol": "diamond-open", "color": "#8d2b0b"}),
         ("best", summary.best, {"symbol": "star", "color": "#f0b429"}),
     ):
         if trial is not None and trial.measured:
@@ -105,7 +105,7 @@ def history_figure(summary: ModelSummary) -> go.Figure:
                 x=[t.number for t in group],
                 y=[t.throughput for t in group],
                 marker={"color": color, "symbol": symbol, "size": 9},
-                customdata=[[t.key, _status(t)] for t in group],
+                customdata=[[t.label, _status(t)] for t in group],
                 hovertemplate="trial %{x}: %{y:,.1f} infer/s<br>%{customdata[0]}"
                 "<br>%{customdata[1]}<extra></extra>",
             )
@@ -178,10 +178,10 @@ def latency_parts(trial: TrialView) -> LatencyParts | None:
 
 
 def model_breakdown_figure(summary: ModelSummary) -> go.Figure | None:
-    """Default and best as stacked bars; None when neither has a breakdown."""
+    """The config as written and the best as stacked bars; None when neither has a breakdown."""
     labels: list[str] = []
     parts: list[LatencyParts] = []
-    for label, trial in (("default", summary.default), ("best", summary.best)):
+    for label, trial in (("as written", summary.as_written), ("best", summary.best)):
         found = latency_parts(trial) if trial is not None else None
         if trial is not None and found is not None:
             labels.append(f"{label} (trial {trial.number})")

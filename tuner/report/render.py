@@ -75,7 +75,7 @@ def model_sections(page: HtmlPage, summary: ModelSummary) -> list[str]:
     breakdown = (
         page.figure(breakdown_fig, height=380)
         if breakdown_fig is not None
-        else note("No server-side breakdown was measured for the default or the best.")
+        else note("No server-side breakdown was measured for the config as written or the best.")
     )
     bodies = {
         "summary": ("Summary", summary_section(summary)),
@@ -85,7 +85,7 @@ def model_sections(page: HtmlPage, summary: ModelSummary) -> list[str]:
         ),
         "history": ("Optimization history", page.figure(history_figure(summary), height=380)),
         "importance": ("Parameter importances", importance),
-        "breakdown": ("Latency breakdown: default vs best", breakdown),
+        "breakdown": ("Latency breakdown: as written vs best", breakdown),
         "accuracy": ("Accuracy of the precision variants", accuracy_section(summary)),
         "trials": ("All trials", trials_section(summary)),
     }

@@ -12,7 +12,7 @@ from tuner.report.summary import ModelSummary, TrialView
 
 
 def summary_section(summary: ModelSummary) -> str:
-    """Model, budget, platform, the outcome in a sentence, default vs best, the diff."""
+    """Model, budget, platform, the outcome in a sentence, as written vs best, the diff."""
     trials = summary.trials
     feasible = sum(t.feasible for t in trials)
     facts = [
@@ -28,7 +28,7 @@ def summary_section(summary: ModelSummary) -> str:
             ["", "Infer/s", "p50 ms", "p95 ms", "p99 ms", "Concurrency", "Trial", "Config"],
             [
                 _compare_row(label, t)
-                for label, t in (("default", summary.default), ("best", summary.best))
+                for label, t in (("as written", summary.as_written), ("best", summary.best))
             ],
             highlight=[1],
         )
@@ -40,13 +40,13 @@ def summary_section(summary: ModelSummary) -> str:
         if written.get("backup"):
             text += f"; the previous config is kept as {written['backup']}"
         parts.append(note(text + "."))
-    elif summary.best is not None:
+    elif summary.best is not None and summary.changes:
         parts.append(note("Nothing was written back (dry run)."))
     return "".join(parts)
 
 
 def _verdict(summary: ModelSummary) -> str:
-    best, default = summary.best, summary.default
+    best, as_written = summary.best, summary.as_written
     if best is None or best.throughput is None:
         lowest = summary.lowest_latency
         reached = (
@@ -63,11 +63,11 @@ def _verdict(summary: ModelSummary) -> str:
         f'<span class="ok">Best: {best.throughput:,.1f} infer/s</span> at '
         f"p{summary.percentile} {_ms(best.latency_us)} (trial {best.number})"
     )
-    if default is not None and default.throughput:
-        ratio = best.throughput / default.throughput
+    if as_written is not None and as_written.throughput:
+        ratio = best.throughput / as_written.throughput
         text += (
-            f", against {default.throughput:,.1f} infer/s at {_ms(default.latency_us)} for the "
-            f"default configuration: <strong>{ratio:.2f}x</strong> the throughput"
+            f", against {as_written.throughput:,.1f} infer/s at {_ms(as_written.latency_us)} "
+            f"for the configuration as written: <strong>{ratio:.2f}x</strong> the throughput"
         )
     return text + "."
 
@@ -85,7 +85,7 @@ def _compare_row(label: str, trial: TrialView | None) -> list[Cell | str]:
         *(number(trial.metric(k), 2, 1000) for k in ("p50_us", "p95_us", "p99_us")),
         number(trial.metric("concurrency"), 0),
         number(trial.number, 0),
-        Cell(trial.key),
+        Cell(trial.label),
     ]
 
 
@@ -94,7 +94,7 @@ def _diff(summary: ModelSummary) -> str:
     if not changes:
         if summary.best is None:
             return note("No change: no configuration met the budget.")
-        return note("No change: the configuration as it is was the best found.")
+        return note("No change: the configuration as written was the best found.")
     rows = [
         [
             Cell(f"<code>{html.escape(field)}</code>", raw=True),
@@ -165,7 +165,7 @@ def _trial_row(trial: TrialView) -> list[Cell | str]:
         number(trial.number, 0),
         trial.state,
         Cell("yes", 1) if trial.feasible else Cell("no", 0),
-        Cell(trial.key),
+        Cell(trial.label),
         number(trial.throughput),
         *(number(trial.metric(k), 2, 1000) for k in ("p50_us", "p95_us", "p99_us")),
         number(trial.metric("concurrency"), 0),

@@ -13,7 +13,7 @@ from typing import Any
 
 from tuner.budget import parse_duration_us
 from tuner.errors import TunerError
-from tuner.search_types import TrialOutcome
+from tuner.search_types import TrialOutcome, trial_label
 
 SUMMARY_FILE = "summary.json"
 _BUDGET = re.compile(r"^p(\d+)\s*<=\s*(.+)$")
@@ -35,6 +35,7 @@ class TrialView:
     latency_us: float | None  # at the budget's percentile
     duration_s: float | None
     reused_from: int | None
+    as_written: bool = False  # the model's config exactly as written (trial 0)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], percentile: int) -> TrialView:
@@ -54,7 +55,13 @@ class TrialView:
             latency_us=latency,
             duration_s=data.get("duration_s"),
             reused_from=data.get("reused_from"),
+            as_written=bool(data.get("as_written", False)),
         )
+
+    @property
+    def label(self) -> str:
+        """The configuration in words: its key, or "as written" for the model's own."""
+        return trial_label(self.key, self.as_written)
 
     @property
     def throughput(self) -> float | None:
@@ -81,7 +88,7 @@ class ModelSummary:
     study: str
     data: Mapping[str, Any]  # summary.json as written (platform, changes, variants, ...)
     trials: tuple[TrialView, ...]
-    default: TrialView | None
+    as_written: TrialView | None  # the model's config as written, which the best is compared with
     best: TrialView | None
     lowest_latency: TrialView | None
 
@@ -116,7 +123,8 @@ class ModelSummary:
             study=str(data.get("study") or ""),
             data=data,
             trials=tuple(TrialView.from_json(t, percentile) for t in data.get("trials", [])),
-            default=view(data.get("default")),
+            # summaries written before the config as written was measured name it "default"
+            as_written=view(data.get("as_written", data.get("default"))),
             best=view(data.get("best")),
             lowest_latency=view(data.get("lowest_latency")),
         )
