@@ -1,0 +1,125 @@
+"""NVIDIA's real perf_analyzer in request-rate mode with --async against our server.
+
+In async request-rate mode perf_analyzer's libcurl opens a connection for each request that
+finds every pooled connection busy, keeps the idle ones in its pool and reuses any of them later
+without notice. A server that closes idle connections on its own races those reuses: the
+request meets a reset, libcurl cannot replay the POST, and perf_analyzer stops with "failed to
+parse the request JSON buffer: The document is empty" while the server never saw the request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import httpx
+import psutil
+
+from tests.support.perf_analyzer import perf_analyzer_path
+from tests.support.server_process import RunningServer
+
+# Longer than uvicorn's default idle keep-alive timeout (5 s), which the server used to apply.
+IDLE_GAP_US = 6_000_000
+BURST = 300  # requests 500 us apart (2,000/s): perf_analyzer opens several connections
+_ERROR = re.compile(r"had error|Failed to retrieve results|Thread \[\d+\] had error")
+
+# One block per request-rate level of perf_analyzer's stdout.
+_LEVEL = re.compile(
+    r"Request Rate: (?P<rate>\d+) inference requests per seconds\s+Client:\s+"
+    r"Request count: (?P<client>\d+)"
+    r".*?Server:\s+Inference count: (?P<inferences>\d+)\s+Execution count: \d+"
+    r"\s+Successful request count: (?P<success>\d+)",
+    re.S,
+)
+
+
+def _inference_stats(server: RunningServer, model: str) -> dict[str, dict[str, int]]:
+    response = httpx.get(f"{server.base}/v2/models/{model}/stats", timeout=10)
+    response.raise_for_status()
+    (entry,) = response.json()["model_stats"]
+    stats: dict[str, dict[str, int]] = entry["inference_stats"]
+    return stats
+
+
+def _server_closed(server: RunningServer) -> set[tuple[object, object]]:
+    """Connections to the server in TIME_WAIT on the server's side: the server closed them
+    first (a connection the client closes first leaves TIME_WAIT on the client's side)."""
+    return {
+        (c.laddr, c.raddr)
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_TIME_WAIT and c.laddr and c.laddr.port == server.port
+    }
+
+
+def _run(command: list[str]) -> tuple[subprocess.CompletedProcess[str], str]:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=150)
+    return result, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
+
+
+def test_async_rate_reuses_connections_after_an_idle_gap(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    intervals = tmp_path / "intervals.txt"
+    gaps = [500] * (BURST - 1) + [IDLE_GAP_US] + [500] * (BURST - 1)
+    gaps += [10_000] * 150  # a trickle, so that perf_analyzer stops soon after the second burst
+    intervals.write_text("\n".join(map(str, gaps)) + "\n")
+    export = tmp_path / "export.json"
+    before = _inference_stats(server, "simple")
+    closed_before = _server_closed(server)
+
+    result, output = _run(
+        [
+            str(perf_analyzer_path()),
+            *("-m", "simple", "-u", server.url, "-i", "http", "--async"),
+            *("--request-intervals", str(intervals)),
+            # Two windows: the first burst, then the burst after the idle gap.
+            *("--measurement-mode", "count_windows", "--measurement-request-count", "100"),
+            *("-r", "2", "--profile-export-file", str(export)),
+        ]
+    )
+
+    after = _inference_stats(server, "simple")
+    closed = _server_closed(server) - closed_before
+    assert result.returncode == 0, output
+    assert not _ERROR.search(output), output
+    assert not closed, (
+        f"the server closed {len(closed)} of perf_analyzer's idle keep-alive connections; a "
+        f"request crossing such a close is lost\n{output}"
+    )
+    (experiment,) = json.loads(export.read_text())["experiments"]
+    requests = experiment["requests"]
+    assert len(requests) >= 2 * BURST, output  # both bursts were measured
+    assert all(r["response_timestamps"] for r in requests), output
+    # Every request perf_analyzer recorded was answered by the server, and none failed there.
+    assert after["success"]["count"] - before["success"]["count"] >= len(requests), output
+    assert after["fail"]["count"] == before["fail"]["count"], output
+
+
+def test_async_request_rate_sweep_matches_server_statistics(server: RunningServer) -> None:
+    before = _inference_stats(server, "simple")
+    result, output = _run(
+        [
+            str(perf_analyzer_path()),
+            *("-m", "simple", "-u", server.url, "-i", "http", "--async"),
+            *("--request-rate-range", "1000:2000:1000", "-p", "1000"),
+            # A noisy 2-core machine: loose stability, more windows before giving up.
+            *("-s", "50", "-r", "10"),
+        ]
+    )
+    after = _inference_stats(server, "simple")
+    assert result.returncode == 0, output
+    assert not _ERROR.search(output), output
+
+    levels = [match.groupdict() for match in _LEVEL.finditer(result.stdout)]
+    assert [int(level["rate"]) for level in levels] == [1000, 2000], output
+    for level in levels:
+        client, success = int(level["client"]), int(level["success"])
+        assert client > 0 and int(level["inferences"]) == success, output
+        # perf_analyzer reads our statistics at each window's edges; only requests finishing
+        # while a statistics call is under way can land on the other side of an edge.
+        assert abs(success - client) <= 20 + client // 20, output
+    reported = sum(int(level["client"]) for level in levels)
+    assert after["success"]["count"] - before["success"]["count"] >= reported, output
+    assert after["fail"]["count"] == before["fail"]["count"], output
