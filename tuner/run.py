@@ -88,11 +88,15 @@ def model_names(options: TuneOptions) -> list[str]:
     return list(options.models)
 
 
-def study_name(options: TuneOptions, model: str) -> str:
+def study_name(options: TuneOptions, model: str, fingerprint: dict[str, str]) -> str:
+    """The user's name, or one made from the model, the budget, the search and a digest of the
+    fingerprint: the same command on a changed model or config (after a write-back, say) starts
+    a study of its own instead of clashing with the old one, and on the same one resumes it."""
     if options.study_name:
         return f"{options.study_name}-{model}" if len(options.models) != 1 else options.study_name
     budget = options.budget
-    return f"{model}-p{budget.percentile}-{budget.limit_us:g}us-{options.search}"
+    digest = hashlib.sha256(repr(sorted(fingerprint.items())).encode()).hexdigest()[:8]
+    return f"{model}-p{budget.percentile}-{budget.limit_us:g}us-{options.search}-{digest}"
 
 
 def storage_url(options: TuneOptions, report_folder: Path) -> str:
@@ -170,16 +174,17 @@ def tune_model(
     variants = _prepare_variants(options, model_dir, config, path, hooks)
     usable = tuple(v.precision for v in variants if v.usable) or ("fp32",)
     space = model_space(options, config, path, platform, usable)
+    fingerprint = _fingerprint(options, config, path)
     settings = SearchSettings(
         budget=options.budget,
-        study_name=study_name(options, model),
+        study_name=study_name(options, model, fingerprint),
         storage=storage_url(options, report_folder),
         mode="grid" if options.search == "grid" else "optuna",
         n_trials=None if options.search == "grid" else options.trials,
         time_budget_s=time_budget_s,
         seed=options.seed,
         min_throughput=options.min_throughput,
-        fingerprint=_fingerprint(options, config, path),
+        fingerprint=fingerprint,
     )
     work_dir = Path(tempfile.mkdtemp(prefix="autotune-", dir=report_folder))
     try:

@@ -85,6 +85,24 @@ def test_tuning_digits_writes_a_config_that_serves_within_budget(
     finally:
         stop_server(server)
 
+    # The same command again, now on the written config: a study of its own, not a clash with
+    # the one made for the config as it was.
+    rerun = autotune(
+        tmp_path,
+        "--latency-p95",
+        "20ms",
+        "-m",
+        "digits",
+        "--model-repository",
+        str(repository),
+        "--trials",
+        "1",
+        "--precision",
+        "fp32",
+        *FAST,
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+
 
 def test_dry_run_writes_nothing(tmp_path: Path, repository_with: Callable[..., Path]) -> None:
     repository = repository_with("digits", configs={"digits": SLOW_DIGITS_CONFIG})

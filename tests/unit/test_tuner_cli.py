@@ -23,7 +23,7 @@ from tuner.errors import (
 )
 from tuner.precision import PrecisionError
 from tuner.report.summary import ReportError
-from tuner.run import TuneError, TuneOptions
+from tuner.run import TuneError, TuneOptions, study_name
 from tuner.search_types import SearchError
 from tuner.server_control import ServerError, TuningServer
 
@@ -168,3 +168,15 @@ def test_models_whose_turn_comes_after_the_time_budget_are_not_tuned(
     err = capsys.readouterr().err
     for name in ("a", "b"):
         assert f"error: '{name}' could not be tuned: the time budget was spent" in err
+
+
+def test_default_study_names_follow_the_model_and_config_a_user_name_stays() -> None:
+    options = TuneOptions(repository=Path("repo"), budget=LatencyBudget(95, 50_000.0))
+    as_shipped = {"model_sha256": "aa", "base_config": "11"}
+    rewritten = {"model_sha256": "aa", "base_config": "22"}
+    name = study_name(options, "digits", as_shipped)
+    assert name.startswith("digits-p95-50000us-optuna-")
+    assert study_name(options, "digits", dict(as_shipped)) == name  # the same run resumes
+    assert study_name(options, "digits", rewritten) != name  # a written-back config starts anew
+    named = TuneOptions(repository=Path("repo"), budget=options.budget, study_name="mine")
+    assert study_name(named, "digits", rewritten) == "mine-digits"
