@@ -28,9 +28,10 @@ from serve.model.classification import (
     topk_classification,
 )
 from serve.model.tensors import TensorChecker
+from tests.conftest import BUNDLED_REPOSITORY
 
 ROOT = Path(__file__).resolve().parents[2]
-DIGITS = ROOT / "model_repository" / "digits"
+DIGITS = BUNDLED_REPOSITORY / "digits"
 
 
 def _texts(result: np.ndarray) -> list[Any]:
