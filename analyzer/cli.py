@@ -69,6 +69,13 @@ from analyzer.perf_run import run_perf
 @click.option("--json", "json_path", default=None, help="Write the measurements as JSON.")
 @click.option("--html", default=None, help="Write an HTML page with the plots (opens offline).")
 @click.option("--workers", type=int, default=0, help="Load processes; 0: from the load.")
+@click.option(
+    "--max-connections",
+    type=int,
+    default=None,
+    help="Request-rate modes: connections the load may open; a request due while all are "
+    "busy waits (and is counted late) [default: 4096].",
+)
 @click.option("-v", "verbose", count=True, show_default=False, help="Print every window.")
 def perf_command(**values: object) -> None:
     """Measure a model's throughput and latency under load, as perf_analyzer does.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analyzer.errors import AnalyzerError
 from analyzer.load.factory import parse_header_flag, parse_shape_flag
-from analyzer.load.options import LoadOptions
+from analyzer.load.options import DEFAULT_MAX_CONNECTIONS, LoadOptions
 from analyzer.load.schedule import intervals_rate, read_intervals_file
 from analyzer.profiler.settings import MeasureSettings
 from analyzer.profiler.sweep import CONCURRENCY, INTERVALS, REQUEST_RATE, SweepSpec
@@ -76,6 +76,7 @@ class PerfFlags:
     json: str | None = None
     html: str | None = None
     workers: int = 0
+    max_connections: int | None = None
     verbose: int = 0
 
 
@@ -185,6 +186,16 @@ def _load_options(flags: PerfFlags, spec: SweepSpec, intervals: list[int] | None
         raise AnalyzerError("--max-threads must be above 0")
     if flags.workers < 0:
         raise AnalyzerError("--workers must be 0 (decide from the load) or more")
+    if flags.max_connections is not None:
+        if spec.mode == CONCURRENCY:
+            raise AnalyzerError(
+                "--max-connections applies to --request-rate-range and --request-intervals: in"
+                " concurrency mode each outstanding request has its own connection"
+            )
+        if flags.max_connections < max(1, flags.workers):
+            raise AnalyzerError(
+                "--max-connections must allow at least one connection per worker process"
+            )
     shapes: dict[str, list[int]] = {}
     for text in flags.shapes:
         name, dims = parse_shape_flag(text)
@@ -211,6 +222,7 @@ def _load_options(flags: PerfFlags, spec: SweepSpec, intervals: list[int] | None
         sync=not flags.async_mode,
         max_threads=flags.max_threads or default_threads,
         worker_processes=flags.workers,
+        max_connections=flags.max_connections or DEFAULT_MAX_CONNECTIONS,
         shared_memory=flags.shared_memory,
         output_shared_memory_size=flags.output_shared_memory_size,
         output_tensor_format=flags.output_tensor_format,

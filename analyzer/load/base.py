@@ -30,6 +30,36 @@ class RequestRecord:
         return self.end_ns - self.start_ns
 
 
+# A request-rate send that leaves more than this after its scheduled time is "delayed", as
+# perf_analyzer counts them (its delay tolerance is 1 ms).
+DELAY_TOLERANCE_NS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleProgress:
+    """How well a request-rate schedule is kept, counted from the driver's start.
+
+    The counters only grow, so the difference of two readings covers the time between them;
+    `behind_ns` is a reading of the moment. Concurrency mode leaves everything at 0.
+    """
+
+    sent: int = 0  # requests sent on the schedule
+    delayed: int = 0  # of them, sent more than DELAY_TOLERANCE_NS after their scheduled time
+    cap_waits: int = 0  # times a due request found every connection busy, at the cap
+    behind_ns: int = 0  # how overdue the next send already is (0 when the schedule is kept)
+    max_connections: int = 0  # the cap on connections (summed over worker processes)
+
+    def since(self, earlier: ScheduleProgress) -> ScheduleProgress:
+        """The counts between `earlier` and this reading (behind_ns: this reading's)."""
+        return ScheduleProgress(
+            sent=self.sent - earlier.sent,
+            delayed=self.delayed - earlier.delayed,
+            cap_waits=self.cap_waits - earlier.cap_waits,
+            behind_ns=self.behind_ns,
+            max_connections=self.max_connections,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class LoadLevel:
     """What a driver is asked to sustain: a concurrency or a request rate (one of them)."""
@@ -66,3 +96,9 @@ class LoadDriver(abc.ABC):
     @abc.abstractmethod
     def in_flight(self) -> int:
         """Requests sent and not yet answered (to tell a rate the client could not keep)."""
+
+    @property
+    def schedule_progress(self) -> ScheduleProgress:
+        """How the request-rate schedule is kept (read at window boundaries); a driver that
+        does not track it reports zeros."""
+        return ScheduleProgress()

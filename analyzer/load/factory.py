@@ -78,6 +78,11 @@ def check_options(options: LoadOptions) -> None:
         raise AnalyzerError(
             f"worker processes must be 0 (auto) or more, got {options.worker_processes}"
         )
+    if options.max_connections < max(1, options.worker_processes):
+        raise AnalyzerError(
+            f"the connection cap must allow at least one connection per worker process, got"
+            f" {options.max_connections}"
+        )
 
 
 def model_info(metadata: dict[str, Any], config: dict[str, Any], version: str) -> ModelInfo:
@@ -135,10 +140,10 @@ def make_driver(
         if options.request_intervals_us is not None
         else None,
     )
-    workers = worker_count(options, peak)
+    workers = min(worker_count(options, peak), options.max_connections)
     if workers <= 1:
-        return AsyncLoadDriver(target, schedule)
-    return ProcessDriver(target, schedule, workers)
+        return AsyncLoadDriver(target, schedule, max_connections=options.max_connections)
+    return ProcessDriver(target, schedule, workers, max_connections=options.max_connections)
 
 
 def worker_count(options: LoadOptions, peak: LoadLevel | None) -> int:

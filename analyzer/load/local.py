@@ -3,8 +3,10 @@
 Concurrency mode keeps N requests outstanding, one connection each: a finished request is
 replaced from its completion callback on the same connection, with no Task per request.
 Request-rate mode sends at precomputed times whatever is outstanding, taking an idle connection
-or opening another. Both share one pool of keep-alive connections, so `change()` never closes
-any. Requests are prebuilt bytes, cycled in order.
+or opening another (up to `max_connections`; past it a due send waits for a free one). Both
+share one pool of keep-alive connections, so `change()` never closes any. Requests are prebuilt
+bytes, cycled in order. Request-rate sends are counted with those that left late
+(`schedule_progress`), so the measurer can tell a schedule the client did not keep.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from time import perf_counter_ns
 
 from analyzer.client.http import Endpoint, connect_error_reason
 from analyzer.client.infer_connection import InferConnection, RawRecord
-from analyzer.load.base import LoadDriver, LoadLevel, RequestRecord
+from analyzer.load.base import (
+    DELAY_TOLERANCE_NS,
+    LoadDriver,
+    LoadLevel,
+    RequestRecord,
+    ScheduleProgress,
+)
+from analyzer.load.options import DEFAULT_MAX_CONNECTIONS
 from analyzer.load.schedule import ScheduleSpec, send_delays_ns
 
 RETRY_DELAY_S = 0.05  # before replacing a connection that could not be opened
@@ -60,7 +69,7 @@ class AsyncLoadDriver(LoadDriver):
         self,
         target: InferTarget,
         schedule: ScheduleSpec | None = None,
-        max_connections: int = 4096,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         drain_timeout_s: float = 30.0,
     ) -> None:
         self._target = target
@@ -80,6 +89,9 @@ class AsyncLoadDriver(LoadDriver):
         self._next_send_ns = 0
         self._timer: asyncio.TimerHandle | None = None
         self._starved = False  # a due send waits for a connection (at max_connections)
+        self._sent_on_schedule = 0  # request-rate sends, and how many of them left late
+        self._delayed = 0
+        self._cap_waits = 0
         self._retry: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -91,6 +103,19 @@ class AsyncLoadDriver(LoadDriver):
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    @property
+    def schedule_progress(self) -> ScheduleProgress:
+        behind = 0
+        if self._starved and self._delays is not None:
+            behind = max(0, perf_counter_ns() - self._next_send_ns)
+        return ScheduleProgress(
+            sent=self._sent_on_schedule,
+            delayed=self._delayed,
+            cap_waits=self._cap_waits,
+            behind_ns=behind,
+            max_connections=self._max_connections,
+        )
 
     async def start(self, level: LoadLevel) -> None:
         if self._running:
@@ -194,7 +219,9 @@ class AsyncLoadDriver(LoadDriver):
             connection.connect_failed(connect_error_reason(exc))
 
     async def _open_idle(self, count: int) -> None:
-        """Open `count` more connections before sending, so connecting is not timed."""
+        """Open `count` more connections (within the cap) before sending, so connecting is
+        not timed."""
+        count = min(count, self._max_connections - len(self._connections))
         if count <= 0:
             return
         fresh = [InferConnection(self._address, self._on_done) for _ in range(count)]
@@ -247,7 +274,11 @@ class AsyncLoadDriver(LoadDriver):
             connection = self._take_connection()
             if connection is None:  # at max_connections: resume when one frees
                 self._starved = True
+                self._cap_waits += 1
                 return
+            self._sent_on_schedule += 1
+            if now - self._next_send_ns > DELAY_TOLERANCE_NS:
+                self._delayed += 1
             self._send(connection)
             self._next_send_ns += next(delays)
         assert self._loop is not None

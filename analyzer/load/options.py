@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# Connections one load may open: each outstanding request needs its own (no pipelining). In
+# request-rate mode a request due while all of them are busy waits for one to free.
+DEFAULT_MAX_CONNECTIONS = 4096
+
 
 @dataclass(slots=True)
 class LoadOptions:
@@ -23,6 +27,8 @@ class LoadOptions:
     sync: bool = False  # --sync / --async (perf_analyzer's default is sync)
     max_threads: int = 16  # --max-threads
     worker_processes: int = 0  # 0: decide from the load and the cores
+    # Over all worker processes; a concurrency above it cannot be reached.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     shared_memory: str = "none"  # none | system
     output_shared_memory_size: int = 102400
     output_tensor_format: str = "binary"  # binary | json

@@ -1,7 +1,8 @@
 """The load spread over worker processes, for loads one process cannot generate.
 
-Each worker (`analyzer.load.worker`) runs its own `AsyncLoadDriver`. Concurrency is split as
-evenly as possible (7 over 3 workers: 3, 2, 2); in request-rate mode every worker follows the
+Each worker (`analyzer.load.worker`) runs its own `AsyncLoadDriver`. Concurrency and the cap
+on connections are split as evenly as possible (7 over 3 workers: 3, 2, 2); in request-rate
+mode every worker follows the
 whole schedule but sends only its share of it (sends i, i+N, ...), so together they send
 exactly the one-process schedule. Records stay in the workers until `collect()`, which fetches
 them all as marshalled tuples in one message per worker and merges them in completion order.
@@ -21,8 +22,9 @@ from typing import IO, Any
 import analyzer
 from analyzer.errors import AnalyzerError
 from analyzer.load import channel
-from analyzer.load.base import LoadDriver, LoadLevel, RequestRecord
+from analyzer.load.base import LoadDriver, LoadLevel, RequestRecord, ScheduleProgress
 from analyzer.load.local import InferTarget, check_level
+from analyzer.load.options import DEFAULT_MAX_CONNECTIONS
 from analyzer.load.schedule import ScheduleSpec
 
 EXIT_TIMEOUT_S = 10.0
@@ -43,20 +45,30 @@ class ProcessDriver(LoadDriver):
         schedule: ScheduleSpec,
         workers: int,
         drain_timeout_s: float = 30.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         if workers < 1:
             raise ValueError("at least one worker process")
+        if max_connections < workers:
+            raise ValueError("at least one connection per worker process")
         self._target = target
         self._schedule = schedule
         self._count = workers
         self._drain_timeout_s = drain_timeout_s
+        self._connection_shares = split_concurrency(max_connections, workers)
         self._workers: list[_Worker] = []
         self._in_flight = 0
+        self._progress = ScheduleProgress()
 
     @property
     def in_flight(self) -> int:
         """As last reported by the workers (at the previous `collect()`)."""
         return self._in_flight
+
+    @property
+    def schedule_progress(self) -> ScheduleProgress:
+        """As last reported by the workers (at the previous `collect()`)."""
+        return self._progress
 
     @property
     def pids(self) -> list[int]:
@@ -84,6 +96,7 @@ class ProcessDriver(LoadDriver):
                     w.index,
                     self._count,
                     self._drain_timeout_s,
+                    self._connection_shares[w.index],
                 )
             )
             await self.change(level)
@@ -101,6 +114,7 @@ class ProcessDriver(LoadDriver):
     async def collect(self) -> list[RequestRecord]:
         replies = await self._ask_all(lambda w: ("collect",))
         self._in_flight = sum(reply[2] for reply in replies)
+        self._progress = _sum_progress([ScheduleProgress(*reply[3]) for reply in replies])
         return _merge(replies)
 
     async def stop(self) -> list[RequestRecord]:
@@ -196,3 +210,14 @@ def _merge(replies: list[tuple[Any, ...]]) -> list[RequestRecord]:
 
 def _end_ns(record: RequestRecord) -> int:
     return record.end_ns
+
+
+def _sum_progress(parts: list[ScheduleProgress]) -> ScheduleProgress:
+    """The workers' shares of the schedule together: counts add up, the lag is the worst."""
+    return ScheduleProgress(
+        sent=sum(p.sent for p in parts),
+        delayed=sum(p.delayed for p in parts),
+        cap_waits=sum(p.cap_waits for p in parts),
+        behind_ns=max((p.behind_ns for p in parts), default=0),
+        max_connections=sum(p.max_connections for p in parts),
+    )

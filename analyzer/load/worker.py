@@ -7,11 +7,12 @@ connections and exits, so no worker outlives its parent. SIGINT is ignored: a Ct
 terminal reaches the parent, which stops the workers itself.
 
 Commands and replies:
-  ("init", host, port, requests, distribution, seed, intervals_us, index, count, drain_s)
-      -> ("ok",)
+  ("init", host, port, requests, distribution, seed, intervals_us, index, count, drain_s,
+   max_connections)                     -> ("ok",)
   ("level", concurrency, request_rate)  -> ("ok",)   (first one starts the driver)
-  ("collect",)                          -> ("records", [raw record tuples], in_flight)
-  ("stop",)                             -> ("records", [...], 0), then the worker exits
+  ("collect",)                          -> ("records", [raw record tuples], in_flight, progress)
+  ("stop",)                             -> ("records", [...], 0, progress), then it exits
+progress is the driver's `ScheduleProgress` as a tuple of its fields, in order.
   any failure                           -> ("error", message)
 """
 
@@ -70,12 +71,16 @@ class _Worker:
     async def handle(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
         kind = message[0]
         if kind == "init":
-            _, host, port, requests, distribution, seed, intervals, index, count, drain = message
+            (_, host, port, requests, distribution, seed, intervals, index, count, drain, cap) = (
+                message
+            )
             schedule = ScheduleSpec(
                 distribution, seed, tuple(intervals) if intervals else None, index, count
             )
             target = InferTarget(Endpoint(host, port), tuple(requests))
-            self._driver = AsyncLoadDriver(target, schedule, drain_timeout_s=drain)
+            self._driver = AsyncLoadDriver(
+                target, schedule, max_connections=cap, drain_timeout_s=drain
+            )
             return ("ok",)
         driver = self._driver
         if driver is None:
@@ -89,15 +94,26 @@ class _Worker:
                 self._started = True
             return ("ok",)
         if kind == "collect":
-            return ("records", driver.take_raw(), driver.in_flight)
+            return ("records", driver.take_raw(), driver.in_flight, _progress(driver))
         if kind == "stop":
             await driver.stop_sending()
-            return ("records", driver.take_raw(), 0)
+            return ("records", driver.take_raw(), 0, _progress(driver))
         raise RuntimeError(f"unknown command '{kind}'")
 
     async def abandon(self) -> None:
         if self._driver is not None:
             await self._driver.stop_sending(drain_timeout_s=0)
+
+
+def _progress(driver: AsyncLoadDriver) -> tuple[int, ...]:
+    progress = driver.schedule_progress
+    return (
+        progress.sent,
+        progress.delayed,
+        progress.cap_waits,
+        progress.behind_ns,
+        progress.max_connections,
+    )
 
 
 if __name__ == "__main__":

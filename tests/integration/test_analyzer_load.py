@@ -22,11 +22,18 @@ import pytest
 from analyzer.aio import run
 from analyzer.client.http import Endpoint, HttpClient, build_infer_request
 from analyzer.errors import AnalyzerError
-from analyzer.load.base import LoadDriver, LoadLevel, RequestRecord
+from analyzer.load.base import (
+    DELAY_TOLERANCE_NS,
+    LoadDriver,
+    LoadLevel,
+    RequestRecord,
+    ScheduleProgress,
+)
 from analyzer.load.factory import connect
 from analyzer.load.local import AsyncLoadDriver, InferTarget
 from analyzer.load.options import LoadOptions
 from analyzer.load.process import ProcessDriver
+from analyzer.load.schedule import ScheduleSpec
 from tests.conftest import PROJECT_ROOT
 from tests.support.server_process import RunningServer
 
@@ -333,6 +340,47 @@ def test_unanswered_requests_fail_when_stop_gives_up() -> None:
     assert all("no response from the server" in r.error for r in records)
 
 
+# keeping a request-rate schedule
+
+
+def _stub_target(port: int) -> InferTarget:
+    request = build_infer_request(Endpoint("127.0.0.1", port), "m", "", b"{}", None)
+    return InferTarget(Endpoint("127.0.0.1", port), (request,))
+
+
+def test_request_rate_at_the_connection_cap_waits_and_says_so() -> None:
+    async def body(port: int) -> tuple[ScheduleProgress, list[RequestRecord]]:
+        driver = AsyncLoadDriver(_stub_target(port), max_connections=2, drain_timeout_s=0.1)
+        await driver.start(LoadLevel(request_rate=1000))
+        await asyncio.sleep(0.2)  # about 200 sends due; two connections, never answered
+        progress = driver.schedule_progress
+        return progress, await driver.stop()
+
+    progress, records = asyncio.run(with_stub(lambda n: b"", body))
+    assert progress.sent == 2 and progress.max_connections == 2
+    assert progress.cap_waits >= 1
+    assert progress.behind_ns > DELAY_TOLERANCE_NS  # the third send is long overdue
+    assert len(records) == 2 and not any(r.ok for r in records)
+
+
+def test_request_rate_counts_the_sends_that_left_late() -> None:
+    async def body(port: int) -> tuple[ScheduleProgress, ScheduleProgress]:
+        driver = AsyncLoadDriver(_stub_target(port))
+        await driver.start(LoadLevel(request_rate=1000))
+        await asyncio.sleep(0.05)
+        before = driver.schedule_progress
+        time.sleep(0.05)  # the event loop is held: the sends due meanwhile leave late
+        await asyncio.sleep(0.01)
+        after = driver.schedule_progress
+        await driver.stop()
+        return before, after
+
+    before, after = asyncio.run(with_stub(lambda n: CHUNKED, body))
+    late = after.since(before)
+    assert late.delayed >= 25 and late.sent >= late.delayed  # about 49 due more than 1 ms ago
+    assert late.cap_waits == 0 and late.behind_ns == 0
+
+
 # worker processes
 
 
@@ -363,6 +411,25 @@ def test_worker_processes_share_the_load(server: RunningServer) -> None:
         assert len(pids) == 2 and not any(_alive(p) for p in pids)
 
     run(go())
+
+
+def test_worker_processes_report_the_schedule_together() -> None:
+    async def body(port: int) -> ScheduleProgress:
+        driver = ProcessDriver(
+            _stub_target(port), ScheduleSpec(), 2, drain_timeout_s=0.1, max_connections=4
+        )
+        await driver.start(LoadLevel(request_rate=500))
+        try:
+            await asyncio.sleep(0.3)
+            await driver.collect()
+            return driver.schedule_progress
+        finally:
+            await driver.stop()
+
+    progress = run(with_stub(lambda n: b"", body))
+    # Two connections each (4 split over 2 workers), never answered: 4 sends, then waiting.
+    assert progress.sent == 4 and progress.max_connections == 4
+    assert progress.cap_waits >= 2 and progress.behind_ns > DELAY_TOLERANCE_NS
 
 
 def test_workers_exit_when_the_parent_dies(server: RunningServer) -> None:
