@@ -38,7 +38,8 @@ class Measurement:
     last windows merged (the stable ones, when `stable`); throughput is inferences per second
     (successful requests x batch size) over those windows. Failed requests are counted in
     `errors` (message -> count), never in the latencies. `warnings` says when the client could
-    not keep up (busy over 50% of the time, or behind the asked request rate).
+    not keep up (busy over 50% of the time, or sending behind the asked request rate's
+    schedule: `delayed_pct`) or the server fell behind the rate (requests piling up).
     """
 
     model: str
@@ -66,6 +67,9 @@ class Measurement:
     latency_std_us: float = 0.0  # sample standard deviation of the merged latencies
     send_rate: float = 0.0  # requests / s the client sent in the merged windows
     in_flight: int = 0  # requests outstanding at the end of the last merged window
+    # request-rate mode: % of the sends in the merged windows that left more than 1 ms after
+    # their scheduled time (perf_analyzer's delayed requests; over 1% comes with a warning)
+    delayed_pct: float = 0.0
     warnings: tuple[str, ...] = ()  # client could not keep up, server stats missing, ...
 
     @property

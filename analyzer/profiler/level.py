@@ -17,6 +17,7 @@ from analyzer.measurement import Measurement
 from analyzer.profiler.clock import Clock
 from analyzer.profiler.merge import merge_windows
 from analyzer.profiler.overhead import CpuMeter, busy_pct
+from analyzer.profiler.schedule_check import rate_keeping, schedule_warnings
 from analyzer.profiler.server_stats import ServerCounters, StatisticsSource
 from analyzer.profiler.settings import TIME_WINDOWS, MeasureSettings
 from analyzer.profiler.stability import any_over_threshold, is_stable
@@ -24,7 +25,6 @@ from analyzer.profiler.window import Window
 
 _COUNT_WINDOW_POLL_S = 0.1
 _WARMUP_POLL_S = 0.02
-_FALLING_BEHIND_SHARE = 0.9  # request-rate mode: sent less than 90% of the asked rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +83,7 @@ async def profile_level(
     counters: list[ServerCounters | None] = [await _snapshot(probe.stats)]
     cpu_before = probe.cpu.sample() if probe.cpu else {}
     in_flight_before = driver.in_flight
+    progress_before = driver.schedule_progress
 
     windows: list[Window] = []
     throughputs: list[float] = []
@@ -101,6 +102,9 @@ async def profile_level(
         window.in_flight_end = driver.in_flight
         window.sent = len(window.ok) + len(window.failed) + window.in_flight_end - in_flight_before
         in_flight_before = window.in_flight_end
+        progress = driver.schedule_progress
+        window.schedule = progress.since(progress_before)
+        progress_before = progress
         windows.append(window)
         errors.update(window.errors())
         throughputs.append(window.throughput(batch_size) if window.ok else 0.0)
@@ -233,17 +237,7 @@ def _load_warnings(level: LoadLevel, windows: list[Window], settings: MeasureSet
             "with the desired load; the results may not be accurate"
         )
     if level.request_rate and not level.concurrency:
-        duration = sum(w.duration_s for w in windows)
-        sent_rate = sum(w.sent for w in windows) / duration if duration > 0 else 0.0
-        growth = windows[-1].in_flight_end - windows[0].in_flight_start
-        behind = sent_rate < _FALLING_BEHIND_SHARE * level.request_rate
-        piling_up = growth > max(2, 0.1 * sum(len(w.ok) for w in windows))
-        if behind or piling_up:
-            warnings.append(
-                f"{level.describe()}: the client could not keep up with the desired request "
-                f"rate: it sent {sent_rate:.1f} requests/s and {windows[-1].in_flight_end} "
-                "were still in flight"
-            )
+        warnings.extend(schedule_warnings(level, rate_keeping(level, windows)))
     return warnings
 
 

@@ -46,6 +46,8 @@ def merge_windows(
     for window in windows:
         errors.update(window.errors())
     sent = sum(window.sent for window in windows)
+    scheduled = sum(window.schedule.sent for window in windows)
+    delayed = sum(window.schedule.delayed for window in windows)
 
     server = ServerBreakdown()
     counters_end = windows[-1].counters_end
@@ -79,5 +81,6 @@ def merge_windows(
         latency_std_us=std_ns / 1000.0,
         send_rate=sent / duration_s if duration_s > 0 else 0.0,
         in_flight=windows[-1].in_flight_end,
+        delayed_pct=100.0 * delayed / scheduled if scheduled else 0.0,
         warnings=tuple(warnings),
     )

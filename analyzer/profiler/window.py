@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from analyzer.load.base import RequestRecord
+from analyzer.load.base import RequestRecord, ScheduleProgress
 from analyzer.profiler.percentiles import percentile_of_sorted
 from analyzer.profiler.server_stats import ServerCounters
 
@@ -23,6 +23,8 @@ class Window:
     in_flight_end: int = 0
     busy_pct: float = 0.0  # client overhead in this window
     sent: int = 0  # requests sent in the window (completed + growth of in-flight)
+    # request-rate mode: the driver's count of sends in the window, and of the late ones
+    schedule: ScheduleProgress = field(default_factory=ScheduleProgress)
     _sorted_latencies: list[int] | None = None
 
     @property
