@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -24,6 +23,8 @@ import numpy as np
 import onnx
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
+
+from common.atomic import write_bytes_atomic
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 OPSET = 17
@@ -47,19 +48,8 @@ HAND_WRITTEN: dict[str, tuple[str, ...]] = {
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file next to `path`, fsync it, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write `data` as `path` atomically, readable by all (as a checkout's files are)."""
+    write_bytes_atomic(path, data, mode=0o644)
 
 
 def save_onnx(model: onnx.ModelProto, path: Path) -> None:

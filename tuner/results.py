@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serve.config.model_config import write_text_atomic
+from common.atomic import write_text_atomic
 from tuner.errors import EXIT_NO_FEASIBLE, EXIT_NOT_TUNED, EXIT_OK
 from tuner.precision import PrecisionVariant
 from tuner.search_types import SearchResult, TrialRecord

@@ -19,14 +19,14 @@ from pathlib import Path
 import httpx
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.config.model_config import config_to_json
-from tuner.errors import TunerError
-from tuner.serve_process import (
+from common.serve_process import (
     ServeProcessError,
     log_tail,
     start_serve_process,
     stop_serve_process,
 )
+from serve.config.model_config import config_to_json
+from tuner.errors import TunerError
 
 
 class ServerError(TunerError):

@@ -32,13 +32,13 @@ grid and the encoding of a candidate as Optuna parameters are all replays of it.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from common.cpu import usable_cpu_count
 from serve.backends.registry import backend_name
 from tuner.candidate import (
     DYNAMIC_BATCHING,
@@ -82,14 +82,6 @@ class Platform:
     ) -> Platform:
         """This machine; GPU and TensorRT availability are the caller's to find out."""
         return cls(cpu_count or usable_cpu_count(), gpu, tensorrt and gpu)
-
-
-def usable_cpu_count() -> int:
-    """Cores this process may run on (the affinity mask, as in a container), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,14 +9,13 @@ each pointing at a file that exists.
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from common.atomic import copy_atomic
 from serve.config.model_config import CONFIG_FILENAME, write_config_file
 
 BACKUP_SUFFIX = ".bak"
@@ -27,21 +26,6 @@ class WriteBack:
     config_path: Path
     backup_path: Path | None
     model_files: list[Path]
-
-
-def copy_atomic(source: Path, target: Path) -> None:
-    """Copy so that `target` is either absent/old or complete, never partial."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
-            shutil.copyfileobj(src, out, length=1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
 
 
 def write_back(

@@ -17,7 +17,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from analyzer.measurement import Measurement
-from analyzer.report.html_page import Cell, HtmlPage, definition_list, note, number, table
+from common.html_page import Cell, HtmlPage, definition_list, note, number, table
 
 BREAKDOWN_LABELS = (
     "Queue",

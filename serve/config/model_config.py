@@ -1,20 +1,19 @@
 """Reading and writing config.pbtxt as tritonclient's `ModelConfig` message.
 
-The schema is Triton's own protobuf (DESIGN decision 1): text format for files, Triton's JSON
+The schema is Triton's own protobuf: text format for files, Triton's JSON
 form (field names as in the proto, every field printed, 64-bit integers as numbers) for the
 HTTP `/config` route and for config overrides sent to the repository API.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import descriptor, json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from common.atomic import write_text_atomic
 from serve.errors import ServeError
 
 CONFIG_FILENAME = "config.pbtxt"
@@ -62,26 +61,6 @@ def config_to_text(config: mc.ModelConfig) -> str:
         at += 1
     lines.insert(at, "max_batch_size: 0\n")
     return "".join(lines)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file so readers see the old or the new content, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def write_config_file(path: Path, config: mc.ModelConfig) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from analyzer.errors import AnalyzerError
 from analyzer.perf_config import PerfFlags, build_config
-from analyzer.report.html_page import HtmlPage, table
+from common.html_page import HtmlPage, table
 from tuner.report.figures import pareto_front
 from tuner.report.importance import MIN_COMPLETED_TRIALS, importances, study_importances
 from tuner.report.summary import TrialView, parse_budget

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serve.config.model_config import write_text_atomic
+from common.atomic import write_text_atomic
 
 SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)

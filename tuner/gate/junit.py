@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 from pathlib import Path
 
-from serve.config.model_config import write_text_atomic
+from common.atomic import write_text_atomic
 from tuner.gate.gating import GateOutcome
 
 SUITE = "autotune-perf-gate"

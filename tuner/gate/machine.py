@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from tuner.space import usable_cpu_count
+from common.cpu import usable_cpu_count
 
 # Fields that make measurements incomparable when they differ; the rest (kernel build,
 # hostname-free OS string, autotune version) is recorded for the reader only.

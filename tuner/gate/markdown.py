@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from serve.config.model_config import write_text_atomic
+from common.atomic import write_text_atomic
 from tuner.gate.gating import GateOutcome
 
 

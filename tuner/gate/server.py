@@ -17,14 +17,14 @@ import orjson
 from analyzer.aio import run as run_async
 from analyzer.client.http import HttpClient
 from analyzer.errors import AnalyzerError
-from serve.errors import ServeError
-from serve.repository.discovery import model_directories
-from tuner.serve_process import (
+from common.serve_process import (
     ServeProcessError,
     log_tail,
     start_serve_process,
     stop_serve_process,
 )
+from serve.errors import ServeError
+from serve.repository.discovery import model_directories
 
 STARTUP_TIMEOUT_S = 180.0
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
-from serve.config.model_config import write_text_atomic
+from common.atomic import publish, write_text_atomic
 
 DEFAULT_CACHE_DIR = Path(".cache/autotune/variants")
 RECIPE_VERSION = "1"  # bump when a builder's settings change, so old variants are not reused
@@ -111,15 +110,13 @@ class VariantCache:
                 built = scratch / final.name
                 build(built)
                 seconds = time.perf_counter() - started
-                _fsync_file(built)
                 sidecar = asdict(key) | {
                     "recipe": RECIPE_VERSION,
                     "onnxruntime": ort.__version__,
                     "build_seconds": round(seconds, 3),
                 }
                 write_text_atomic(final.with_suffix(".json"), json.dumps(sidecar, indent=2))
-                os.replace(built, final)
-                _fsync_dir(final.parent)
+                publish(built, final)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         return CacheResult(final, cached=False, seconds=seconds)
@@ -135,15 +132,3 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
-
-def _fsync_file(path: Path) -> None:
-    with path.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from analyzer.report.html_page import HtmlPage, note, section
-from serve.config.model_config import write_text_atomic
+from common.atomic import write_text_atomic
+from common.html_page import HtmlPage, note, section
 from tuner.report.figures import (
     history_figure,
     importance_figure,

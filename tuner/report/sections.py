@@ -7,7 +7,7 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from analyzer.report.html_page import Cell, definition_list, note, number, table
+from common.html_page import Cell, definition_list, note, number, table
 from tuner.report.summary import ModelSummary, TrialView
 
 
