@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuner.budget import LatencyBudget, parse_duration_us
+from tuner.budget import LatencyBudget
 from tuner.run import Hooks, TuneOptions, tune_model
 from tuner.space import SpaceOptions
 
@@ -36,7 +36,7 @@ def run(model: str, search: str, trials: int, scratch: Path) -> tuple[float, int
     shutil.copytree(ROOT / "model_repository" / model, repository / model)
     options = TuneOptions(
         repository=repository,
-        budget=LatencyBudget(95, parse_duration_us(BUDGETS[model])),
+        budget=LatencyBudget.parse(95, BUDGETS[model]),
         models=(model,),
         trials=trials,
         search=search,

@@ -1,4 +1,8 @@
-"""The `autotune` command: tuning on the bare command, and the subcommands serve and perf."""
+"""The `autotune` command: tuning on the bare command, and the subcommands serve, perf, report,
+baseline and gate.
+
+This module is the composition root: it mounts the other packages' commands (`serve.cli`,
+`analyzer.cli`, `gate.cli`), and it is the only module of tuner/ that imports the gate."""
 
 from __future__ import annotations
 
@@ -14,13 +18,14 @@ import click
 import optuna
 
 from analyzer.cli import perf_command
+from gate.cli import baseline_command, gate_command
 from serve.cli import serve_command
 from tuner.budget import LatencyBudget
 from tuner.cli_params import LATENCY, WALL_CLOCK
 from tuner.console import TuneConsole
+from tuner.duration import Duration
 from tuner.errors import EXIT_INTERRUPTED, EXIT_NOT_TUNED, EXIT_OK, TunerError, one_line, worst
 from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
-from tuner.gate.cli import baseline_command, gate_command
 from tuner.report import render_run_report
 from tuner.report.cli import report_command
 from tuner.run import (
@@ -137,14 +142,14 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 @click.pass_context
 def main(
     ctx: click.Context,
-    latency_p95: float | None,
-    latency_p99: float | None,
-    latency_p90: float | None,
+    latency_p95: Duration | None,
+    latency_p99: Duration | None,
+    latency_p90: Duration | None,
     min_throughput: float | None,
     models: tuple[str, ...],
     model_repository: Path,
     trials: int,
-    time_budget: float | None,
+    time_budget: Duration | None,
     search: str,
     max_batch_size_cap: int,
     precisions: tuple[str, ...],
@@ -180,7 +185,7 @@ def main(
         budget=LatencyBudget(percentile, limit),
         models=models,
         trials=trials,
-        time_budget_s=time_budget,
+        time_budget=time_budget,
         search=search,
         max_batch_size_cap=max_batch_size_cap,
         precisions=precisions,
@@ -222,17 +227,18 @@ def run_tuning(options: TuneOptions) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console says what matters
     try:
         names = model_names(options)
-    except TunerError as exc:
-        click.echo(f"error: {one_line(exc)}", err=True)
-        return exc.exit_code
+    except Exception as exc:
+        message, code = failure(exc, options.report_dir)
+        click.echo(f"error: {message}", err=True)
+        return code
     started = time.monotonic()
     exit_code = EXIT_OK
     with TuneConsole() as console:
         for index, name in enumerate(names):
             share = None
-            if options.time_budget_s is not None:
-                left = options.time_budget_s - (time.monotonic() - started)
-                share = left / (len(names) - index)
+            if options.time_budget is not None:
+                left = options.time_budget.s - (time.monotonic() - started)
+                share = Duration.from_s(max(left, 0.0) / (len(names) - index))
             try:
                 code = _tune_one(options, name, share, console)
             except KeyboardInterrupt:
@@ -242,29 +248,36 @@ def run_tuning(options: TuneOptions) -> int:
     return exit_code
 
 
-def _tune_one(options: TuneOptions, name: str, share: float | None, console: TuneConsole) -> int:
+def _tune_one(options: TuneOptions, name: str, share: Duration | None, console: TuneConsole) -> int:
     """Tune one model, print how it ended and return its exit code; errors become one line."""
     try:
-        if share is not None and share <= 0:
+        if share is not None and share.us <= 0:
             raise TunerError("the time budget was spent before its turn")
-        report = tune_model(options, name, share, Hooks(console.note, console.update))
-    except TunerError as exc:
-        console.error(f"'{name}' could not be tuned: {one_line(exc)}")
-        return exc.exit_code
-    except Exception as exc:  # a bug: one line here, the traceback in the model's report folder
-        kept = _keep_traceback(options.report_dir / name)
-        console.error(
-            f"'{name}' could not be tuned: unexpected {type(exc).__name__}: {one_line(exc)} "
-            f"(traceback in {kept})"
-        )
-        return EXIT_NOT_TUNED
-    console.summary(report)
+        summary = tune_model(options, name, share, Hooks(console.note, console.update))
+    except Exception as exc:
+        message, code = failure(exc, options.report_dir / name)
+        console.error(f"'{name}' could not be tuned: {message}")
+        return code
+    console.summary(summary)
     try:
         console.note(f"report: {render_run_report(options.report_dir)}")
-    except (TunerError, OSError) as exc:
+    except (TunerError, OSError) as exc:  # the run's own report folder: the run failed
         console.error(f"the HTML report could not be written: {one_line(exc)}")
-        return worst(report.exit_code, EXIT_NOT_TUNED)
-    return report.exit_code
+        return worst(summary.exit_code, EXIT_NOT_TUNED)
+    return summary.exit_code
+
+
+def failure(error: Exception, folder: Path) -> tuple[str, int]:
+    """The one place an error becomes the line and the exit code it ends a model (or the run)
+    with: a `TunerError` gives its message and its own exit code; anything else is a bug,
+    named by its type, its traceback kept in `folder`/error.log, exit code 1."""
+    if isinstance(error, TunerError):
+        return one_line(error), error.exit_code
+    kept = _keep_traceback(folder)
+    return (
+        f"unexpected {type(error).__name__}: {one_line(error)} (traceback in {kept})",
+        EXIT_NOT_TUNED,
+    )
 
 
 def _keep_traceback(folder: Path) -> Path:

@@ -1,33 +1,34 @@
-"""The tuner CLI's duration flags: latency budgets in microseconds, wall-clock budgets in
-seconds, both parsed by `tuner.budget.parse_duration`."""
+"""The tuner CLI's duration flags: latency budgets ("500us", "10ms", "1.5s") and wall-clock
+budgets ("90s", "10m", "1.5h"; a bare number is seconds), both given to the command as a
+`tuner.duration.Duration`."""
 
 from __future__ import annotations
 
 import click
 
-from tuner.budget import parse_duration
+from tuner.duration import UNITS, Duration, DurationKind
 
 
-class Duration(click.ParamType):
-    """A duration flag, converted to `unit`: "us" for latency budgets ("500us", "10ms",
-    "1.5s"), "s" for wall-clock budgets ("90s", "10m", "1.5h"; a bare number is seconds)."""
+class DurationParam(click.ParamType):
+    """A duration flag of `kind` ("latency" or "wall_clock"), converted to a `Duration`."""
 
     name = "duration"
 
-    def __init__(self, unit: str) -> None:
-        parse_duration("1s", unit)  # an unknown unit fails here, not on the first flag
-        self.unit = unit
+    def __init__(self, kind: DurationKind) -> None:
+        if kind not in UNITS:  # an unknown kind fails here, not on the first flag
+            raise ValueError(f"unknown duration kind {kind!r} (latency or wall_clock)")
+        self.kind: DurationKind = kind
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
+    ) -> Duration:
+        if isinstance(value, Duration):
             return value
         try:
-            return parse_duration(str(value), self.unit)
+            return Duration.parse(str(value), self.kind)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
 
-LATENCY = Duration("us")
-WALL_CLOCK = Duration("s")
+LATENCY = DurationParam("latency")
+WALL_CLOCK = DurationParam("wall_clock")

@@ -1,14 +1,14 @@
-"""The tuner's console: a progress bar per model (trials, best so far, time left) and the
-as-written-vs-best table at the end."""
+"""The tuner's console: a progress bar per model (trials, best so far, time left) and, at
+the end of each model, its summary (tuner/report/console.py, as `autotune report` prints it)."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from tuner.results import ModelReport
+from tuner.report.console import print_summary
+from tuner.run_schema import RunSummary
 from tuner.search_types import ProgressEvent, TrialRecord
 
 
@@ -62,51 +62,14 @@ class TuneConsole:
             total=event.total,
             total_text=str(event.total) if event.total else "?",
             best=_best_text(event.best),
-            left=f"{event.time_left_s:.0f}s left" if event.time_left_s is not None else "",
+            left=f"{event.time_left.s:.0f}s left" if event.time_left is not None else "",
         )
         if event.kind == "trial_end" and event.trial is not None:
             self.console.log(escape(f"{model}: {_trial_text(event.trial)}"))
 
-    def summary(self, report: ModelReport) -> None:
-        table = Table(title=f"{report.model}: {report.budget}", title_justify="left")
-        table.add_column("")
-        for column in ("infer/s", "p50 ms", "p95 ms", "p99 ms", "concurrency", "config"):
-            table.add_column(column, justify="right" if column != "config" else "left")
-        for label, trial in (("as written", report.as_written), ("best", report.best)):
-            table.add_row(label, *_row(trial))
-        self.console.print(table)
-        best, baseline = report.best, _throughput(report.as_written)
-        if best is not None and best.outcome is not None and baseline:
-            ratio = best.outcome.throughput / baseline
-            self.console.print(f"  best / as written: {ratio:.2f}x the throughput")
-        for field, old, new in report.changes:
-            self.console.print(f"  {field}: {old} -> {new}", markup=False)
-        if best is not None and not report.changes:
-            self.console.print("  the configuration as written is the best found: nothing to write")
-        if report.unmeasured_reason is not None:
-            self.error(
-                f"'{report.model}' could not be tuned: no configuration could be measured "
-                f"({report.unmeasured_reason}); nothing was written"
-            )
-        elif report.best is None:
-            lowest = report.search.lowest_latency
-            reached = (
-                f"{lowest.outcome.latency_us / 1000:.2f} ms"
-                if lowest is not None and lowest.outcome and lowest.outcome.latency_us
-                else "nothing measurable"
-            )
-            self.console.print(
-                f"[red]no configuration of '{report.model}' meets {report.budget}: "
-                f"the lowest latency reached was {reached}; nothing was written"
-            )
-        elif report.written:
-            self.console.print(f"  written: {report.written['config']}")
-            if report.written.get("backup"):
-                self.console.print(f"  previous config kept as {report.written['backup']}")
-
-
-def _throughput(trial: TrialRecord | None) -> float | None:
-    return trial.outcome.throughput if trial is not None and trial.outcome is not None else None
+    def summary(self, summary: RunSummary) -> None:
+        """The model's summary, as `autotune report` prints it."""
+        print_summary(summary, self.console)
 
 
 def _best_text(best: TrialRecord | None) -> str:
@@ -126,18 +89,3 @@ def _trial_text(trial: TrialRecord) -> str:
     if outcome.message:
         text += f" ({outcome.message})"
     return text
-
-
-def _row(trial: TrialRecord | None) -> list[str]:
-    if trial is None or trial.outcome is None:
-        return ["-"] * 6
-    metrics = trial.outcome.metrics
-    return [
-        f"{trial.outcome.throughput:,.1f}",
-        *(
-            f"{metrics[k] / 1000:.2f}" if k in metrics else "-"
-            for k in ("p50_us", "p95_us", "p99_us")
-        ),
-        f"{metrics.get('concurrency', 0):.0f}",
-        trial.label,
-    ]

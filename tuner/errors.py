@@ -25,6 +25,13 @@ class TuneUsageError(TunerError):
     exit_code = EXIT_USAGE
 
 
+class ReportError(TunerError):
+    """A run cannot be reported: no summary, or one that cannot be read (another version's,
+    say). `autotune report` was given the wrong folder: a usage error."""
+
+    exit_code = EXIT_USAGE
+
+
 # With several models the run exits with the most severe of their codes, least first.
 _SEVERITY = (EXIT_OK, EXIT_NO_FEASIBLE, EXIT_NOT_TUNED, EXIT_USAGE, EXIT_INTERRUPTED)
 

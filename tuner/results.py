@@ -1,19 +1,25 @@
 """What a tuning run leaves in its report folder: every trial (CSV and JSON) and a summary
-(JSON) for the reports to render, plus the as-written-vs-best comparison."""
+(JSON), all in the run schema (tuner/run_schema.py) the reports read back."""
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from common.atomic import write_text_atomic
-from tuner.errors import EXIT_NO_FEASIBLE, EXIT_NOT_TUNED, EXIT_OK
+from tuner.budget import LatencyBudget
 from tuner.precision import PrecisionVariant
+from tuner.run_schema import (
+    SUMMARY_FILE,
+    AccuracyResult,
+    PlatformInfo,
+    RunSummary,
+    VariantResult,
+    summary_json,
+    trials_json,
+)
 from tuner.search_types import SearchResult, TrialRecord
 
 TRIAL_COLUMNS = [
@@ -36,114 +42,60 @@ TRIAL_COLUMNS = [
 ]
 
 
-@dataclass(slots=True)
-class ModelReport:
-    """One model's tuning result; `to_json` is the summary file's content. `as_written` is
-    the trial of the model's config exactly as written (`as_written_config`), which the best
-    is compared with."""
-
-    model: str
-    budget: str
-    platform: dict[str, Any]
-    search: SearchResult
-    as_written: TrialRecord | None
-    variants: list[PrecisionVariant]
-    as_written_config: str = ""
-    changes: list[tuple[str, str, str]] = field(default_factory=list)
-    written: dict[str, str] = field(default_factory=dict)
-    validation_source: str = ""
-    space: list[str] = field(default_factory=list)
-
-    @property
-    def best(self) -> TrialRecord | None:
-        return self.search.best
-
-    @property
-    def exit_code(self) -> int:
-        """0 with a best config; 3 when configs were measured but none met the limits; 1 when
-        none could be measured at all (the model does not load, say)."""
-        if self.best is not None:
-            return EXIT_OK
-        return EXIT_NO_FEASIBLE if self.unmeasured_reason is None else EXIT_NOT_TUNED
-
-    @property
-    def unmeasured_reason(self) -> str | None:
-        """Why no trial gave a measurement (the first failure's message), or None when some
-        trial did."""
-        trials = self.search.trials
-        if any(t.outcome is not None and t.outcome.status != "failed" for t in trials):
-            return None
-        failed = next((t for t in trials if t.outcome is not None and t.outcome.message), None)
-        if failed is None or failed.outcome is None:
-            return self.search.stop_reason or "no trial ran"
-        return f"trial {failed.number}: {failed.outcome.message}"
-
-    def to_json(self) -> dict[str, Any]:
-        lowest = self.search.lowest_latency
-        return {
-            "model": self.model,
-            "budget": self.budget,
-            "platform": self.platform,
-            "study": self.search.study_name,
-            "stop_reason": self.search.stop_reason,
-            "space": self.space,
-            "as_written": _trial_json(self.as_written),
-            "as_written_config": self.as_written_config,
-            "best": _trial_json(self.best),
-            "lowest_latency": _trial_json(lowest),
-            "changes": [{"field": f, "old": o, "new": n} for f, o, n in self.changes],
-            "written": self.written,
-            "validation_source": self.validation_source,
-            "variants": [_variant_json(v) for v in self.variants],
-            "trials": [_trial_json(t) for t in self.search.trials],
-        }
+def run_summary(
+    model: str,
+    budget: LatencyBudget,
+    platform: PlatformInfo,
+    search: SearchResult,
+    variants: Sequence[PrecisionVariant],
+    as_written_config: str = "",
+    validation_source: str = "",
+    space: Sequence[str] = (),
+) -> RunSummary:
+    """One model's tuning result in the run schema (nothing changed or written yet: the run
+    adds `changes` and `written` with `dataclasses.replace`)."""
+    return RunSummary(
+        model=model,
+        budget=budget,
+        platform=platform,
+        study=search.study_name,
+        stop_reason=search.stop_reason,
+        trials=tuple(search.trials),
+        as_written=next((t for t in search.trials if t.as_written), None),
+        best=search.best,
+        lowest_latency=search.lowest_latency,
+        as_written_config=as_written_config,
+        variants=tuple(variant_result(v) for v in variants),
+        validation_source=validation_source,
+        space=tuple(space),
+    )
 
 
-def _trial_json(trial: TrialRecord | None) -> dict[str, Any] | None:
-    if trial is None:
-        return None
-    return {
-        "number": trial.number,
-        "state": trial.state,
-        "feasible": trial.feasible,
-        "candidate": trial.candidate.to_json() if trial.candidate is not None else None,
-        "key": trial.candidate.key if trial.candidate is not None else None,
-        "as_written": trial.as_written,
-        "outcome": trial.outcome.to_json() if trial.outcome is not None else None,
-        "duration_s": trial.duration_s,
-        "reused_from": trial.reused_from,
-    }
-
-
-def _variant_json(variant: PrecisionVariant) -> dict[str, Any]:
+def variant_result(variant: PrecisionVariant) -> VariantResult:
     accuracy = variant.accuracy
-    return {
-        "precision": variant.precision,
-        "usable": variant.usable,
-        "method": variant.method,
-        "error": variant.error,
-        "cached": variant.cached,
-        "build_seconds": variant.build_seconds,
-        "verdict": variant.verdict,
-        "accuracy": None
+    return VariantResult(
+        precision=variant.precision,
+        usable=variant.usable,
+        method=variant.method,
+        error=variant.error,
+        cached=variant.cached,
+        build_seconds=variant.build_seconds,
+        verdict=variant.verdict,
+        accuracy=None
         if accuracy is None
-        else {
-            "metric": str(accuracy.metric),
-            "value": _finite(accuracy.value),
-            "drop": _finite(accuracy.drop),
-            "limit": accuracy.limit,
-            "passed": accuracy.passed,
-            "reason": accuracy.reason,
-            "source": accuracy.source,
-        },
-    }
+        else AccuracyResult(
+            metric=str(accuracy.metric),
+            value=accuracy.value,
+            drop=accuracy.drop,
+            limit=accuracy.limit,
+            passed=accuracy.passed,
+            reason=accuracy.reason,
+            source=accuracy.source,
+        ),
+    )
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def trials_csv(trials: list[TrialRecord]) -> str:
+def trials_csv(trials: Sequence[TrialRecord]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(TRIAL_COLUMNS)
@@ -174,12 +126,11 @@ def _number(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
-def write_model_report(report: ModelReport, folder: Path) -> list[Path]:
+def write_model_report(summary: RunSummary, folder: Path) -> list[Path]:
     """trials.csv, trials.json and summary.json in `folder` (atomic writes)."""
     folder.mkdir(parents=True, exist_ok=True)
-    summary = report.to_json()
-    paths = [folder / "trials.csv", folder / "trials.json", folder / "summary.json"]
-    write_text_atomic(paths[0], trials_csv(report.search.trials))
-    write_text_atomic(paths[1], json.dumps(summary["trials"], indent=2) + "\n")
-    write_text_atomic(paths[2], json.dumps(summary, indent=2) + "\n")
+    paths = [folder / "trials.csv", folder / "trials.json", folder / SUMMARY_FILE]
+    write_text_atomic(paths[0], trials_csv(summary.trials))
+    write_text_atomic(paths[1], trials_json(summary.trials))
+    write_text_atomic(paths[2], summary_json(summary))
     return paths

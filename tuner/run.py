@@ -13,17 +13,17 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.registry import backend_name, get_backend
-from serve.config.model_config import CONFIG_FILENAME, config_to_text
-from serve.model.loader import model_file
-from serve.repository.discovery import model_directories, prepare_config
+from serve.api import CONFIG_FILENAME, config_to_text, open_model_directory
+from serve.api import model_names as repository_models
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, apply, diff, variant_filename
+from tuner.duration import Duration
 from tuner.errors import TunerError, TuneUsageError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
 from tuner.model_batch import accepted_batch_size
 from tuner.precision import DEFAULT_CACHE_DIR, PrecisionVariant, prepare_variants
-from tuner.results import ModelReport, write_model_report
+from tuner.results import run_summary, write_model_report
+from tuner.run_schema import ConfigChange, PlatformInfo, RunSummary, WrittenFiles
 from tuner.search import run_search
 from tuner.search_types import ProgressEvent, SearchSettings
 from tuner.server_control import tuning_server
@@ -40,7 +40,7 @@ class TuneOptions:
     budget: LatencyBudget
     models: tuple[str, ...] = ()  # empty: every model in the repository
     trials: int = 6
-    time_budget_s: float | None = None  # for the whole run, shared by the models
+    time_budget: Duration | None = None  # for the whole run, shared by the models
     search: str = "optuna"
     precisions: tuple[str, ...] = ("fp32", "fp16", "int8")
     max_accuracy_drop: float = 0.01
@@ -74,7 +74,7 @@ def model_names(options: TuneOptions) -> list[str]:
     """The models to tune, in order; TuneUsageError for a missing repository or model."""
     if not options.repository.is_dir():
         raise TuneUsageError(f"model repository {options.repository} is not a directory")
-    on_disk = [d.name for d in model_directories(options.repository)]
+    on_disk = repository_models(options.repository)
     if not on_disk:
         raise TuneUsageError(f"no models in {options.repository}")
     if not options.models:
@@ -153,19 +153,18 @@ def model_space(
 
 
 def tune_model(
-    options: TuneOptions, model: str, time_budget_s: float | None, hooks: Hooks
-) -> ModelReport:
-    """Tune one model and (unless dry-run) write its best config back. `time_budget_s` bounds
+    options: TuneOptions, model: str, time_budget: Duration | None, hooks: Hooks
+) -> RunSummary:
+    """Tune one model and (unless dry-run) write its best config back. `time_budget` bounds
     the whole of it (preparing the precisions and starting the server included)."""
     started = time.monotonic()
     model_dir = options.repository / model
     try:
-        config, versions, source = prepare_config(model_dir)
-        backend = get_backend(backend_name(config))
+        opened = open_model_directory(model_dir)
     except Exception as exc:
         raise TuneError(str(exc)) from None
-    newest = versions[-1]
-    path = model_file(config, model_dir, newest, backend)
+    config, versions, source = opened.config, opened.versions, opened.source
+    path = opened.model_file()
     if not path.exists():
         raise TuneError(f"model file {path} does not exist")
     report_folder = options.report_dir / model
@@ -181,7 +180,7 @@ def tune_model(
         storage=storage_url(options, report_folder),
         mode="grid" if options.search == "grid" else "optuna",
         n_trials=None if options.search == "grid" else options.trials,
-        time_budget_s=time_budget_s,
+        time_budget=time_budget,
         seed=options.seed,
         min_throughput=options.min_throughput,
         fingerprint=fingerprint,
@@ -201,16 +200,15 @@ def tune_model(
             )
             hooks.note(f"{model}: {space.size} candidates in the search space")
             # The time budget counts from the start: preparing and starting took some of it.
-            settings = replace(settings, time_budget_s=_time_left(time_budget_s, started))
+            settings = replace(settings, time_budget=_time_left(time_budget, started))
             result = run_search(space, evaluator, settings, lambda e: hooks.progress(model, e))
     finally:
         _remove_tree(work_dir)
-    report = ModelReport(
+    summary = run_summary(
         model=model,
-        budget=options.budget.describe(),
-        platform={"cpu_count": platform.cpu_count, "gpu": platform.gpu},
+        budget=options.budget,
+        platform=PlatformInfo(platform.cpu_count, platform.gpu),
         search=result,
-        as_written=next((t for t in result.trials if t.as_written), None),
         variants=variants,
         as_written_config=_config_text(model_dir, config),
         validation_source=next((v.accuracy.source for v in variants if v.accuracy), ""),
@@ -218,7 +216,9 @@ def tune_model(
     )
     if result.best is not None and result.best.candidate is not None:
         tuned = apply(result.best.candidate, config)
-        report.changes = diff(config, tuned)
+        summary = replace(
+            summary, changes=tuple(ConfigChange(*change) for change in diff(config, tuned))
+        )
         # When the config as written is the best, the repository keeps it untouched (a copy
         # is still made for --output-repository).
         unchanged = tuned == config and options.output_repository is None
@@ -234,14 +234,15 @@ def tune_model(
                 versions,
                 chosen.model_path if chosen is not None else None,
             )
-            report.written = {
-                "config": str(written.config_path),
-                "backup": str(written.backup_path or ""),
-                "model_files": ", ".join(str(p) for p in written.model_files),
-                "source": source,
-            }
-    write_model_report(report, report_folder)
-    return report
+            files = WrittenFiles(
+                config=str(written.config_path),
+                backup=str(written.backup_path or ""),
+                model_files=", ".join(str(p) for p in written.model_files),
+                source=source,
+            )
+            summary = replace(summary, written=files)
+    write_model_report(summary, report_folder)
+    return summary
 
 
 def _prepare_variants(
@@ -273,12 +274,12 @@ def _config_text(model_dir: Path, config: mc.ModelConfig) -> str:
     return path.read_text(errors="replace") if path.is_file() else config_to_text(config)
 
 
-def _time_left(budget_s: float | None, started: float) -> float | None:
-    """What is left of `budget_s` since `started` (at least a millisecond: the search then
+def _time_left(budget: Duration | None, started: float) -> Duration | None:
+    """What is left of `budget` since `started` (at least a millisecond: the search then
     stops before its first trial)."""
-    if budget_s is None:
+    if budget is None:
         return None
-    return max(budget_s - (time.monotonic() - started), 1e-3)
+    return Duration.from_s(max(budget.s - (time.monotonic() - started), 1e-3))
 
 
 def _remove_tree(path: Path) -> None:

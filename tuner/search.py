@@ -11,6 +11,7 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from tuner.candidate import Candidate
+from tuner.duration import Duration
 from tuner.search_study import (
     AS_WRITTEN,
     CANDIDATE,
@@ -87,7 +88,7 @@ def run_search(
     before (a resumed study, a repeated proposal, another worker) is told that outcome again
     and marked `reused_from`. The loop stops, checking before each trial, when the study holds
     `n_trials` measurements (resumed and other workers' trials count; reused and interrupted
-    ones do not), when `time_budget_s` has run out or less of it is left than this call's
+    ones do not), when `time_budget` has run out or less of it is left than this call's
     trials took on average, when every candidate of the space has been measured, when
     25 proposals in a row were candidates measured already (converged), or in grid mode when
     no grid point is left.
@@ -204,8 +205,9 @@ class _SearchLoop:
         return ""
 
     def _time_left(self) -> float | None:
-        budget = self.settings.time_budget_s
-        return None if budget is None else budget - (self.clock() - self.started)
+        """Seconds left of the time budget (negative once it is spent)."""
+        budget = self.settings.time_budget
+        return None if budget is None else budget.s - (self.clock() - self.started)
 
     def _enqueue_first_trials(self, records: list[TrialRecord]) -> None:
         """The config as written (unless the study has it), then, for Optuna, the priors."""
@@ -354,7 +356,7 @@ class _SearchLoop:
                 done=sum(counts(r) for r in records),
                 total=total,
                 elapsed_s=self.clock() - self.started,
-                time_left_s=self._time_left(),
+                time_left=_left(self._time_left()),
                 best=best_of(records),
                 trial=trial,
                 stop_reason=stop_reason,
@@ -373,3 +375,7 @@ def _measured(records: list[TrialRecord], candidate: Candidate, number: int) -> 
         ):
             return record
     return None
+
+
+def _left(seconds: float | None) -> Duration | None:
+    return None if seconds is None else Duration.from_s(max(seconds, 0.0))

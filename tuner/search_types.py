@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
+from tuner.duration import Duration
 from tuner.errors import TunerError
 
 OutcomeStatus = Literal["ok", "failed", "pruned"]
@@ -78,7 +79,7 @@ class SearchSettings:
     `storage` is an Optuna storage URL (`search_study.sqlite_url(path)`; None: in memory, for
     tests); a study of the same name in it is resumed when `load_if_exists`. `n_trials` counts
     the measurements of the whole study, resumed and other workers' included (None: no limit).
-    `time_budget_s` bounds this call. The objective: maximise throughput subject to `budget`,
+    `time_budget` bounds this call. The objective: maximise throughput subject to `budget`,
     `min_throughput` and the accuracy check."""
 
     budget: LatencyBudget
@@ -86,7 +87,7 @@ class SearchSettings:
     storage: str | None = None
     mode: Literal["optuna", "grid"] = "optuna"
     n_trials: int | None = 30
-    time_budget_s: float | None = None
+    time_budget: Duration | None = None
     seed: int | None = 0
     load_if_exists: bool = True
     min_throughput: float | None = None
@@ -100,8 +101,8 @@ class SearchSettings:
     def __post_init__(self) -> None:
         if self.n_trials is not None and self.n_trials < 1:
             raise ValueError(f"n_trials must be >= 1, got {self.n_trials}")
-        if self.time_budget_s is not None and self.time_budget_s <= 0:
-            raise ValueError(f"time_budget_s must be > 0, got {self.time_budget_s}")
+        if self.time_budget is not None and self.time_budget.us <= 0:
+            raise ValueError(f"time_budget must be > 0, got {self.time_budget}")
         if self.min_throughput is not None and self.min_throughput <= 0:
             raise ValueError(f"min_throughput must be > 0, got {self.min_throughput}")
         if not self.study_name:
@@ -168,7 +169,7 @@ class ProgressEvent:
     done: int  # trials of the study that count toward n_trials
     total: int | None  # n_trials, or the grid size in grid mode
     elapsed_s: float
-    time_left_s: float | None
+    time_left: Duration | None
     best: TrialRecord | None
     trial: TrialRecord | None = None
     stop_reason: str = ""

@@ -1,4 +1,4 @@
-"""The report's pure parts: budget text, Pareto front, importances of small studies, the page."""
+"""The report's pure parts: Pareto front, importances of small studies, the page."""
 
 from __future__ import annotations
 
@@ -12,19 +12,13 @@ from analyzer.perf_config import PerfFlags, build_config
 from common.html_page import HtmlPage, table
 from tuner.report.figures import pareto_front
 from tuner.report.importance import MIN_COMPLETED_TRIALS, importances, study_importances
-from tuner.report.summary import TrialView, parse_budget
+from tuner.report.summary import TrialView
 from tuner.search_types import TrialOutcome
 
 
 def trial(number: int, throughput: float, latency_us: float | None) -> TrialView:
     outcome = TrialOutcome("ok", throughput=throughput, latency_us=latency_us)
     return TrialView(number, "COMPLETE", True, f"t{number}", outcome, latency_us, 1.0, None)
-
-
-def test_budget_text_reads_back() -> None:
-    assert parse_budget("p95 <= 20 ms") == (95, 20_000.0)
-    assert parse_budget("p99 <= 500 us") == (99, 500.0)
-    assert parse_budget("whatever") == (95, None)
 
 
 def test_pareto_front_keeps_the_undominated_trials_by_latency() -> None:

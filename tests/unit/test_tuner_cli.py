@@ -1,5 +1,5 @@
-"""The tuner CLI: durations reach the run in the unit it uses; errors end as one line each
-with a documented exit code, and one failing model does not stop the others."""
+"""The tuner CLI: durations reach the run as `Duration`s; errors end as one line each with a
+documented exit code, and one failing model does not stop the others."""
 
 from __future__ import annotations
 
@@ -9,20 +9,21 @@ from typing import NoReturn
 import click
 import pytest
 
-from tuner.budget import LatencyBudget, parse_duration
+from tuner.budget import LatencyBudget
 from tuner.cli import main, run_tuning
-from tuner.cli_params import Duration
+from tuner.cli_params import DurationParam
+from tuner.duration import Duration
 from tuner.errors import (
     EXIT_NO_FEASIBLE,
     EXIT_NOT_TUNED,
     EXIT_OK,
     EXIT_USAGE,
+    ReportError,
     TunerError,
     TuneUsageError,
     worst,
 )
 from tuner.precision import PrecisionError
-from tuner.report.summary import ReportError
 from tuner.run import TuneError, TuneOptions, study_name
 from tuner.search_types import SearchError
 from tuner.server_control import ServerError, TuningServer
@@ -38,12 +39,13 @@ def _params(*args: str) -> dict[str, object]:
     [("10m", 600.0), ("600s", 600.0), ("90", 90.0), ("1.5h", 5400.0), ("2 min", 120.0)],
 )
 def test_time_budget_is_seconds(text: str, seconds: float) -> None:
-    assert _params("--time-budget", text)["time_budget"] == pytest.approx(seconds)
+    budget = _params("--time-budget", text)["time_budget"]
+    assert isinstance(budget, Duration) and budget.s == pytest.approx(seconds)
 
 
-def test_latency_budgets_are_microseconds() -> None:
-    assert _params()["latency_p95"] == pytest.approx(10_000.0)
-    assert _params("--latency-p99", "1.5s")["latency_p99"] == pytest.approx(1_500_000.0)
+def test_latency_budgets_are_durations() -> None:
+    assert _params()["latency_p95"] == Duration.from_ms(10)
+    assert _params("--latency-p99", "1.5s")["latency_p99"] == Duration(1_500_000.0)
 
 
 @pytest.mark.parametrize("text", ["10 parsecs", "0m", "-1s", "10ms", "m"])
@@ -60,12 +62,18 @@ def test_latency_budgets_take_no_minutes_and_need_a_unit() -> None:
             _params("--latency-p90", text)
 
 
-def test_one_parser_serves_both_units() -> None:
-    assert parse_duration("10m", "s") == 600.0
-    assert parse_duration("1.5s", "us") == 1_500_000.0
-    assert Duration("s").convert("1h", None, None) == 3600.0
-    with pytest.raises(ValueError, match="unit"):
-        Duration("ms")
+def test_one_duration_type_serves_both_kinds() -> None:
+    assert Duration.parse("10m", "wall_clock").s == 600.0
+    assert Duration.parse("1.5s", "latency").us == 1_500_000.0
+    assert Duration.parse("1.5s").ms == 1_500.0
+    assert DurationParam("wall_clock").convert("1h", None, None) == Duration.from_s(3600)
+    assert str(Duration(1500)) == "1.5 ms" and str(Duration.from_s(90)) == "90 s"
+    assert str(Duration(250)) == "250 us"
+    assert Duration.from_s(2).minus(Duration.from_s(3)) == Duration(0)
+    with pytest.raises(ValueError, match="not negative"):
+        Duration(-1)
+    with pytest.raises(ValueError, match="kind"):
+        DurationParam("ms")  # type: ignore[arg-type]
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -79,9 +87,28 @@ def test_the_worst_exit_code_wins() -> None:
 
 
 def test_tuner_errors_carry_their_exit_codes() -> None:
-    for error in (TuneError, SearchError, ServerError, PrecisionError, ReportError):
+    for error in (TuneError, SearchError, ServerError, PrecisionError):
         assert issubclass(error, TunerError) and error.exit_code == EXIT_NOT_TUNED
     assert TuneUsageError.exit_code == EXIT_USAGE
+    assert ReportError.exit_code == EXIT_USAGE  # `autotune report` given the wrong folder
+
+
+def test_every_tuner_exception_derives_from_the_one_base() -> None:
+    """Each exception class of tuner/ is a TunerError, so the CLI maps it in one place."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import tuner
+
+    found = []
+    for info in pkgutil.walk_packages(tuner.__path__, "tuner."):
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == info.name and issubclass(cls, BaseException):
+                found.append(cls)
+    assert found, "the walk found the tuner's errors"
+    assert [c.__qualname__ for c in found if not issubclass(c, TunerError)] == []
 
 
 def test_each_failing_model_is_one_line_and_the_run_goes_on(
@@ -103,7 +130,7 @@ def test_each_failing_model_is_one_line_and_the_run_goes_on(
     monkeypatch.setattr("tuner.cli.tune_model", failing)
     options = TuneOptions(
         repository=tmp_path / "repo",
-        budget=LatencyBudget(95, 10_000),
+        budget=LatencyBudget(95, Duration.from_ms(10)),
         report_dir=tmp_path / "reports",
     )
     assert run_tuning(options) == EXIT_NOT_TUNED
@@ -122,7 +149,7 @@ def test_each_failing_model_is_one_line_and_the_run_goes_on(
 def test_a_missing_repository_or_model_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    budget = LatencyBudget(95, 10_000)
+    budget = LatencyBudget(95, Duration.from_ms(10))
     assert run_tuning(TuneOptions(repository=tmp_path / "none", budget=budget)) == EXIT_USAGE
     (tmp_path / "repo" / "digits").mkdir(parents=True)
     options = TuneOptions(repository=tmp_path / "repo", budget=budget, models=("resnet",))
@@ -160,8 +187,8 @@ def test_models_whose_turn_comes_after_the_time_budget_are_not_tuned(
     monkeypatch.setattr("tuner.cli.tune_model", never)
     options = TuneOptions(
         repository=tmp_path / "repo",
-        budget=LatencyBudget(95, 10_000),
-        time_budget_s=1e-9,  # spent before the first model's turn
+        budget=LatencyBudget(95, Duration.from_ms(10)),
+        time_budget=Duration(1e-3),  # spent before the first model's turn
         report_dir=tmp_path / "reports",
     )
     assert run_tuning(options) == EXIT_NOT_TUNED
@@ -171,7 +198,7 @@ def test_models_whose_turn_comes_after_the_time_budget_are_not_tuned(
 
 
 def test_default_study_names_follow_the_model_and_config_a_user_name_stays() -> None:
-    options = TuneOptions(repository=Path("repo"), budget=LatencyBudget(95, 50_000.0))
+    options = TuneOptions(repository=Path("repo"), budget=LatencyBudget(95, Duration.from_ms(50)))
     as_shipped = {"model_sha256": "aa", "base_config": "11"}
     rewritten = {"model_sha256": "aa", "base_config": "22"}
     name = study_name(options, "digits", as_shipped)

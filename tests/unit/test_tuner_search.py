@@ -20,13 +20,14 @@ from serve.config.model_config import read_config_file
 from tests.conftest import BUNDLED_REPOSITORY
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
+from tuner.duration import Duration
 from tuner.search import run_search
 from tuner.search_study import WORKER, fail_stale_trials, open_storage, sqlite_url
 from tuner.search_types import ProgressEvent, SearchError, SearchSettings, TrialOutcome
 from tuner.space import Platform, SearchSpace, SpaceOptions, build_space, grid
 
 ROOT = Path(__file__).resolve().parents[2]
-BUDGET = LatencyBudget(95, 2_000)
+BUDGET = LatencyBudget(95, Duration(2_000))
 SPEED = {"fp32": 1.0, "fp16": 0.9, "int8": 2.5}
 
 
@@ -259,7 +260,7 @@ def _load(name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
 
 def test_no_feasible_config_reports_the_lowest_latency() -> None:
     space = small_space()
-    tight = settings(budget=LatencyBudget(95, 50), n_trials=8)
+    tight = settings(budget=LatencyBudget(95, Duration(50)), n_trials=8)
     result = run_search(space, fake_measure, tight)
     assert result.best is None
     lowest = result.lowest_latency
@@ -293,7 +294,7 @@ def test_resume_refuses_another_objective(tmp_path: Path) -> None:
         run_search(
             small_space(),
             fake_measure,
-            settings(budget=LatencyBudget(95, 3_000), storage=storage),
+            settings(budget=LatencyBudget(95, Duration(3_000)), storage=storage),
         )
     with pytest.raises(SearchError, match="already exists"):
         run_search(small_space(), fake_measure, settings(storage=storage, load_if_exists=False))
@@ -344,7 +345,10 @@ def test_time_budget_stops_before_a_trial_that_cannot_finish() -> None:
         return fake_measure(candidate)
 
     result = run_search(
-        small_space(), slow, settings(n_trials=50, time_budget_s=35), clock=lambda: now[0]
+        small_space(),
+        slow,
+        settings(n_trials=50, time_budget=Duration.from_s(35)),
+        clock=lambda: now[0],
     )
     assert result.measured_here == 3  # at 30 s, 5 s are left and a trial takes 10
     assert result.stop_reason.startswith("time budget spent")

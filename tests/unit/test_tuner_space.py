@@ -14,8 +14,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.config.model_config import parse_config_text, read_config_file
 from serve.config.validate import validate_config
 from tests.conftest import BUNDLED_REPOSITORY
-from tuner.budget import LatencyBudget, parse_duration_us
+from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate, apply, config_precision, diff, format_diff, variant_filename
+from tuner.duration import Duration
 from tuner.model_batch import accepted_batch_size
 from tuner.run import TuneOptions, model_space
 from tuner.space import Platform, SpaceOptions, build_space, grid
@@ -44,23 +45,23 @@ def _config(model: str) -> mc.ModelConfig:
     ],
 )
 def test_durations_parse_in_microseconds(text: str, micros: float) -> None:
-    assert parse_duration_us(text) == pytest.approx(micros)
+    assert Duration.parse(text).us == pytest.approx(micros)
 
 
 @pytest.mark.parametrize("text", ["10 parsecs", "ms", "-3ms", "0ms", "10", "", "1e3us", "nanms"])
 def test_bad_durations_name_the_value_and_the_units(text: str) -> None:
     with pytest.raises(ValueError) as caught:
-        parse_duration_us(text)
+        Duration.parse(text)
     assert f"'{text}'" in str(caught.value)
     assert "us" in str(caught.value) and "ms" in str(caught.value)
 
 
 def test_budget_describes_itself_and_checks_the_percentile() -> None:
     assert LatencyBudget.parse(95, "10ms").describe() == "p95 <= 10 ms"
-    assert LatencyBudget(99, 1500).describe() == "p99 <= 1.5 ms"
-    assert LatencyBudget(90, 250).describe() == "p90 <= 250 us"
+    assert LatencyBudget(99, Duration(1500)).describe() == "p99 <= 1.5 ms"
+    assert LatencyBudget(90, Duration(250)).describe() == "p90 <= 250 us"
     with pytest.raises(ValueError, match="percentile"):
-        LatencyBudget(50, 1000)
+        LatencyBudget(50, Duration(1000))
 
 
 # -- candidates ---------------------------------------------------------------------------------
@@ -234,7 +235,7 @@ def test_max_batch_size_is_searched_up_to_what_the_model_accepts(tmp_path: Path)
     written = _config("digits")
     written.max_batch_size = 4
     model = REPOSITORY / "digits" / "1" / "model.onnx"
-    options = TuneOptions(repository=REPOSITORY, budget=LatencyBudget(95, 10_000))
+    options = TuneOptions(repository=REPOSITORY, budget=LatencyBudget(95, Duration.from_ms(10)))
 
     def sizes(options: TuneOptions, path: Path = model) -> tuple[int, ...]:
         space = model_space(options, written, path, Platform(cpu_count=2), ("fp32",))

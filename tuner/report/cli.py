@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from tuner.errors import EXIT_USAGE, ReportError, one_line
 from tuner.report.console import print_run
 from tuner.report.render import REPORT_FILE, write_run_report
-from tuner.report.summary import ReportError, load_run
+from tuner.report.summary import load_run
 
 
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,9 +35,12 @@ def report_command(run_dir: Path, output: Path | None) -> None:
     try:
         summaries = load_run(run_dir)
         path = write_run_report(summaries, run_dir, output)
-    except (ReportError, OSError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    except ReportError as exc:
+        click.echo(f"error: {one_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
+    except OSError as exc:  # the report cannot be written where it was asked for
+        click.echo(f"error: {one_line(exc)}", err=True)
+        sys.exit(EXIT_USAGE)
     console = Console(highlight=False)
-    print_run(summaries, console)
+    print_run([s.run for s in summaries], console)
     console.print(f"report: {path}")

@@ -1,65 +1,105 @@
-"""`autotune report` in the terminal: per model, the outcome, the config as written vs the
-best, the config diff and the precision verdicts (rich)."""
+"""A tuning run's summary in the terminal (rich), one renderer for both the end of a live run
+and `autotune report`: per model, the config as written vs the best, the ratio, the changed
+fields, the precision verdicts and how it ended (what was written, or why nothing was)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.report.summary import ModelSummary, TrialView
+from tuner.run_schema import RunSummary
+from tuner.search_types import TrialRecord
+
+COLUMNS = ("infer/s", "p50 ms", "p95 ms", "p99 ms", "concurrency", "trial", "config")
 
 
-def print_run(summaries: Sequence[ModelSummary], console: Console) -> None:
+def print_run(summaries: Sequence[RunSummary], console: Console) -> None:
     for summary in summaries:
-        print_model(summary, console)
+        print_summary(summary, console)
 
 
-def print_model(summary: ModelSummary, console: Console) -> None:
+def print_summary(summary: RunSummary, console: Console) -> None:
     trials = summary.trials
     feasible = sum(t.feasible for t in trials)
+    budget = summary.budget.describe()
     table = Table(
-        title=f"{escape(summary.model)}: {escape(summary.budget)} ({summary.platform}; "
+        title=f"{escape(summary.model)}: {escape(budget)} ({summary.platform.describe()}; "
         f"{len(trials)} trials, {feasible} feasible)",
         title_justify="left",
     )
     table.add_column("")
-    for column in ("infer/s", "p50 ms", "p95 ms", "p99 ms", "concurrency", "trial"):
-        table.add_column(column, justify="right")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column == "config" else "right")
     for label, trial in (("as written", summary.as_written), ("best", summary.best)):
         table.add_row(label, *_row(trial), style="bold" if label == "best" else None)
     console.print(table)
-    for label, trial in (("as written", summary.as_written), ("best", summary.best)):
-        if trial is not None and trial.key:  # the config as written may be no point of the space
-            console.print(f"  {label}: {escape(trial.key)}")
-    best, as_written = summary.best, summary.as_written
-    if best is None or not best.throughput:
-        console.print(f"  [red]no configuration meets {escape(summary.budget)}[/]")
-    elif as_written is not None and as_written.throughput:
+    best, as_written = _throughput(summary.best), _throughput(summary.as_written)
+    if best and as_written:
+        console.print(f"  best / as written throughput: [bold]{best / as_written:.2f}x")
+    for change in summary.changes:
         console.print(
-            f"  best / as written throughput: [bold]{best.throughput / as_written.throughput:.2f}x"
+            f"  {escape(change.field)}: [red strike]{escape(change.old)}[/] -> "
+            f"[green]{escape(change.new)}[/]"
         )
-    for field, old, new in summary.changes:
-        console.print(f"  {escape(field)}: [red strike]{escape(old)}[/] -> [green]{escape(new)}[/]")
+    if summary.best is not None and not summary.changes:
+        console.print("  the configuration as written is the best found: nothing to write")
     for variant in summary.variants:
-        verdict = str(variant.get("verdict") or variant.get("precision"))
-        accuracy = variant.get("accuracy")
-        failed = variant.get("error") or (accuracy is not None and not accuracy.get("passed"))
-        console.print(f"  [{'red' if failed else 'dim'}]{escape(verdict)}[/]")
+        style = "red" if variant.failed else "dim"
+        console.print(f"  [{style}]{escape(variant.verdict or variant.precision)}[/]")
+    _print_ending(summary, console)
 
 
-def _row(trial: TrialView | None) -> list[str]:
+def _print_ending(summary: RunSummary, console: Console) -> None:
+    """What was written, or why nothing was."""
+    budget = summary.budget.describe()
+    if summary.unmeasured_reason is not None:
+        console.print(
+            f"error: '{summary.model}' could not be tuned: no configuration could be measured "
+            f"({summary.unmeasured_reason}); nothing was written",
+            style="red",
+            markup=False,
+            soft_wrap=True,
+        )
+    elif summary.best is None:
+        lowest = summary.lowest_latency
+        outcome = lowest.outcome if lowest is not None else None
+        reached = (
+            f"{outcome.latency_us / 1000:.2f} ms"
+            if outcome is not None and outcome.latency_us
+            else "nothing measurable"
+        )
+        console.print(
+            f"no configuration of '{summary.model}' meets {budget}: the lowest latency reached "
+            f"was {reached}; nothing was written",
+            style="red",
+            markup=False,
+        )
+    elif summary.written is not None:
+        console.print(f"  written: {summary.written.config}", markup=False)
+        if summary.written.backup:
+            console.print(f"  previous config kept as {summary.written.backup}", markup=False)
+
+
+def _throughput(trial: TrialRecord | None) -> float | None:
+    return trial.outcome.throughput if trial is not None and trial.outcome is not None else None
+
+
+def _row(trial: TrialRecord | None) -> list[str]:
     if trial is None or trial.outcome is None:
-        return ["-"] * 6
+        return ["-"] * len(COLUMNS)
+    metrics = trial.outcome.metrics
     return [
         f"{trial.outcome.throughput:,.1f}",
-        *(_ms(trial.metric(k)) for k in ("p50_us", "p95_us", "p99_us")),
-        f"{trial.metric('concurrency') or 0:.0f}",
+        *(_ms(metrics.get(k)) for k in ("p50_us", "p95_us", "p99_us")),
+        f"{metrics.get('concurrency', 0):.0f}",
         str(trial.number),
+        escape(trial.label),
     ]
 
 
 def _ms(value_us: float | None) -> str:
-    return "-" if value_us is None else f"{value_us / 1000:.2f}"
+    return "-" if value_us is None or not math.isfinite(value_us) else f"{value_us / 1000:.2f}"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from analyzer.report.html import LatencyParts, breakdown_figure
+from analyzer.api import LatencyParts, breakdown_figure
 from tuner.report.summary import ModelSummary, TrialView
 
 FEASIBLE = "#2f8132"
@@ -73,13 +73,12 @@ def tradeoff_figure(summary: ModelSummary) -> go.Figure:
                 marker={**marker, "size": 18, "line": {"width": 2, "color": marker["color"]}},
                 hovertemplate=f"{label}: %{{y:,.1f}} infer/s, %{{x:.2f}} ms<extra></extra>",
             )
-    if summary.limit_us is not None:
-        fig.add_vline(
-            x=summary.limit_us / 1000,
-            line={"color": INFEASIBLE, "dash": "dash"},
-            annotation_text=f"budget {summary.budget}",
-            annotation_position="top left",
-        )
+    fig.add_vline(
+        x=summary.limit_us / 1000,
+        line={"color": INFEASIBLE, "dash": "dash"},
+        annotation_text=f"budget {summary.budget}",
+        annotation_position="top left",
+    )
     fig.update_layout(
         xaxis_title=f"p{summary.percentile} latency (ms)",
         yaxis_title="inferences / s",

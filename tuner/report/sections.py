@@ -4,11 +4,10 @@ diff, the precision variants' accuracy check, and every trial."""
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from typing import Any
 
 from common.html_page import Cell, definition_list, note, number, table
 from tuner.report.summary import ModelSummary, TrialView
+from tuner.run_schema import VariantResult
 
 
 def summary_section(summary: ModelSummary) -> str:
@@ -20,7 +19,7 @@ def summary_section(summary: ModelSummary) -> str:
         ("Budget", summary.budget),
         ("Platform", summary.platform),
         ("Study", summary.study),
-        ("Trials", f"{len(trials)} ({feasible} feasible); {summary.data.get('stop_reason', '')}"),
+        ("Trials", f"{len(trials)} ({feasible} feasible); {summary.run.stop_reason}"),
     ]
     parts = [definition_list(facts), f"<p>{_verdict(summary)}</p>"]
     parts.append(
@@ -35,10 +34,10 @@ def summary_section(summary: ModelSummary) -> str:
     )
     parts.append("<h3>Configuration changes</h3>" + _diff(summary))
     written = summary.written
-    if written.get("config"):
-        text = f"Written to {written['config']}"
-        if written.get("backup"):
-            text += f"; the previous config is kept as {written['backup']}"
+    if written is not None and written.config:
+        text = f"Written to {written.config}"
+        if written.backup:
+            text += f"; the previous config is kept as {written.backup}"
         parts.append(note(text + "."))
     elif summary.best is not None and summary.changes:
         parts.append(note("Nothing was written back (dry run)."))
@@ -97,11 +96,11 @@ def _diff(summary: ModelSummary) -> str:
         return note("No change: the configuration as written was the best found.")
     rows = [
         [
-            Cell(f"<code>{html.escape(field)}</code>", raw=True),
-            Cell(f'<span class="old">{html.escape(old)}</span>', raw=True),
-            Cell(f'<span class="new">{html.escape(new)}</span>', raw=True),
+            Cell(f"<code>{html.escape(change.field)}</code>", raw=True),
+            Cell(f'<span class="old">{html.escape(change.old)}</span>', raw=True),
+            Cell(f'<span class="new">{html.escape(change.new)}</span>', raw=True),
         ]
-        for field, old, new in changes
+        for change in changes
     ]
     return table(["Field", "Old", "New"], rows, css_id=f"{summary.anchor}-diff")
 
@@ -113,34 +112,32 @@ def accuracy_section(summary: ModelSummary) -> str:
         return note("No precision variant was prepared.")
     rows = [_variant_row(v) for v in variants]
     headers = ["Precision", "Method", "Metric", "Value", "Drop", "Limit", "Verdict"]
-    source = str(summary.data.get("validation_source") or "")
+    source = summary.run.validation_source
     text = note(f"Checked on {source}.") if source else ""
     return table(headers, rows) + text
 
 
-def _variant_row(variant: Mapping[str, Any]) -> list[Cell | str]:
-    accuracy = variant.get("accuracy")
-    method = str(variant.get("method") or "")
-    if variant.get("error"):
-        verdict = Cell(
-            f'<span class="bad">unusable: {html.escape(str(variant["error"]))}</span>', raw=True
-        )
+def _variant_row(variant: VariantResult) -> list[Cell | str]:
+    accuracy = variant.accuracy
+    method = variant.method
+    if variant.error:
+        verdict = Cell(f'<span class="bad">unusable: {html.escape(variant.error)}</span>', raw=True)
     elif accuracy is None:
-        verdict = Cell("reference" if variant.get("usable") else "not checked")
-    elif accuracy.get("passed"):
+        verdict = Cell("reference" if variant.usable else "not checked")
+    elif accuracy.passed:
         verdict = Cell('<span class="ok">passed</span>', raw=True)
     else:
-        reason = html.escape(str(accuracy.get("reason") or ""))
+        reason = html.escape(accuracy.reason)
         verdict = Cell(f'<span class="bad">failed</span> {reason}', raw=True)
     if accuracy is None:
-        return [str(variant.get("precision")), method, "-", "-", "-", "-", verdict]
+        return [variant.precision, method, "-", "-", "-", "-", verdict]
     return [
-        str(variant.get("precision")),
+        variant.precision,
         method,
-        str(accuracy.get("metric") or ""),
-        number(accuracy.get("value"), 4),
-        number(accuracy.get("drop"), 4),
-        number(accuracy.get("limit"), 4),
+        accuracy.metric,
+        number(accuracy.value, 4),
+        number(accuracy.drop, 4),
+        number(accuracy.limit, 4),
         verdict,
     ]
 

@@ -1,31 +1,31 @@
 """Reading a tuning run back from its report folder: one `ModelSummary` per model folder
-(summary.json, as tuner/results.py writes it), in the shape the renderers need."""
+(summary.json in the run schema, tuner/run_schema.py), in the shape the renderers need."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tuner.budget import parse_duration_us
-from tuner.errors import TunerError
-from tuner.search_types import TrialOutcome, trial_label
+from tuner.errors import ReportError
+from tuner.run_schema import (
+    SUMMARY_FILE,
+    ConfigChange,
+    RunSummary,
+    VariantResult,
+    WrittenFiles,
+    read_summary,
+)
+from tuner.search_types import TrialOutcome, TrialRecord, trial_label
 
-SUMMARY_FILE = "summary.json"
-_BUDGET = re.compile(r"^p(\d+)\s*<=\s*(.+)$")
-
-
-class ReportError(TunerError):
-    """The run cannot be reported (no summary, or a summary that cannot be read)."""
+__all__ = ["SUMMARY_FILE", "ModelSummary", "ReportError", "TrialView", "load_run"]
 
 
 @dataclass(frozen=True, slots=True)
 class TrialView:
-    """One trial: its configuration key and, when measured, throughput and latencies."""
+    """One trial as the report draws it: its configuration key and, when measured, throughput
+    and its latency at the budget's percentile."""
 
     number: int
     state: str
@@ -38,24 +38,23 @@ class TrialView:
     as_written: bool = False  # the model's config exactly as written (trial 0)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], percentile: int) -> TrialView:
-        raw = data.get("outcome")
-        outcome = TrialOutcome.from_json(raw) if raw else None
+    def of(cls, trial: TrialRecord, percentile: int) -> TrialView:
+        outcome = trial.outcome
         latency = None
         if outcome is not None:
             latency = _finite(outcome.metrics.get(f"p{percentile}_us"))
             if latency is None:
                 latency = _finite(outcome.latency_us)
         return cls(
-            number=int(data["number"]),
-            state=str(data.get("state", "")),
-            feasible=bool(data.get("feasible")),
-            key=str(data.get("key") or ""),
+            number=trial.number,
+            state=trial.state,
+            feasible=trial.feasible,
+            key=trial.candidate.key if trial.candidate is not None else "",
             outcome=outcome,
             latency_us=latency,
-            duration_s=data.get("duration_s"),
-            reused_from=data.get("reused_from"),
-            as_written=bool(data.get("as_written", False)),
+            duration_s=trial.duration_s,
+            reused_from=trial.reused_from,
+            as_written=trial.as_written,
         )
 
     @property
@@ -78,15 +77,11 @@ class TrialView:
 
 @dataclass(frozen=True, slots=True)
 class ModelSummary:
-    """A model's tuning result as read from its folder."""
+    """A model's tuning run as read from its folder (`run`, in the run schema), with its
+    trials as the report draws them."""
 
     folder: Path
-    model: str
-    budget: str  # e.g. "p95 <= 20 ms"
-    percentile: int
-    limit_us: float | None  # None when the budget text cannot be read back
-    study: str
-    data: Mapping[str, Any]  # summary.json as written (platform, changes, variants, ...)
+    run: RunSummary
     trials: tuple[TrialView, ...]
     as_written: TrialView | None  # the model's config as written, which the best is compared with
     best: TrialView | None
@@ -94,40 +89,45 @@ class ModelSummary:
 
     @classmethod
     def load(cls, folder: Path) -> ModelSummary:
-        path = folder / SUMMARY_FILE
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ReportError(f"cannot read {path}: {exc}") from None
-        try:
-            return cls.from_json(folder, data)
-        except KeyError as exc:
-            raise ReportError(f"{path} is not a tuning summary: it has no {exc}") from None
-        except (TypeError, ValueError) as exc:
-            raise ReportError(f"{path} is not a tuning summary: {exc}") from None
+        """`folder`/summary.json; ReportError naming the file when it cannot be read."""
+        return cls.of(folder, read_summary(folder))
 
     @classmethod
-    def from_json(cls, folder: Path, data: Mapping[str, Any]) -> ModelSummary:
-        budget = str(data["budget"])
-        percentile, limit_us = parse_budget(budget)
+    def of(cls, folder: Path, run: RunSummary) -> ModelSummary:
+        percentile = run.budget.percentile
 
-        def view(entry: Mapping[str, Any] | None) -> TrialView | None:
-            return None if entry is None else TrialView.from_json(entry, percentile)
+        def view(trial: TrialRecord | None) -> TrialView | None:
+            return None if trial is None else TrialView.of(trial, percentile)
 
         return cls(
             folder=folder,
-            model=str(data["model"]),
-            budget=budget,
-            percentile=percentile,
-            limit_us=limit_us,
-            study=str(data.get("study") or ""),
-            data=data,
-            trials=tuple(TrialView.from_json(t, percentile) for t in data.get("trials", [])),
-            # summaries written before the config as written was measured name it "default"
-            as_written=view(data.get("as_written", data.get("default"))),
-            best=view(data.get("best")),
-            lowest_latency=view(data.get("lowest_latency")),
+            run=run,
+            trials=tuple(TrialView.of(t, percentile) for t in run.trials),
+            as_written=view(run.as_written),
+            best=view(run.best),
+            lowest_latency=view(run.lowest_latency),
         )
+
+    @property
+    def model(self) -> str:
+        return self.run.model
+
+    @property
+    def budget(self) -> str:
+        """The budget in words, e.g. "p95 <= 20 ms"."""
+        return self.run.budget.describe()
+
+    @property
+    def percentile(self) -> int:
+        return self.run.budget.percentile
+
+    @property
+    def limit_us(self) -> float:
+        return self.run.budget.limit.us
+
+    @property
+    def study(self) -> str:
+        return self.run.study
 
     @property
     def anchor(self) -> str:
@@ -135,34 +135,20 @@ class ModelSummary:
         return "model-" + re.sub(r"[^A-Za-z0-9_-]+", "-", self.model)
 
     @property
-    def changes(self) -> list[tuple[str, str, str]]:
-        return [(str(c["field"]), str(c["old"]), str(c["new"])) for c in self.data["changes"]]
+    def changes(self) -> tuple[ConfigChange, ...]:
+        return self.run.changes
 
     @property
-    def variants(self) -> list[Mapping[str, Any]]:
-        return list(self.data.get("variants") or [])
+    def variants(self) -> tuple[VariantResult, ...]:
+        return self.run.variants
 
     @property
-    def written(self) -> Mapping[str, str]:
-        return self.data.get("written") or {}
+    def written(self) -> WrittenFiles | None:
+        return self.run.written
 
     @property
     def platform(self) -> str:
-        platform = self.data.get("platform") or {}
-        parts = [f"{platform.get('cpu_count', '?')} CPU cores"]
-        parts.append(f"GPU: {platform['gpu']}" if platform.get("gpu") else "no GPU")
-        return ", ".join(parts)
-
-
-def parse_budget(text: str) -> tuple[int, float | None]:
-    """(percentile, limit in us) from 'p95 <= 20 ms'; the limit is None if unreadable."""
-    match = _BUDGET.match(text.strip())
-    if match is None:
-        return 95, None
-    try:
-        return int(match.group(1)), parse_duration_us(match.group(2).replace(" ", ""))
-    except ValueError:
-        return int(match.group(1)), None
+        return self.run.platform.describe()
 
 
 def load_run(run_dir: Path) -> list[ModelSummary]:
