@@ -47,10 +47,12 @@ def run(model: str, search: str, trials: int, scratch: Path) -> tuple[float, int
         max_batch_size_cap=MAX_BATCH_SIZE_CAPS[model],
     )
     started = time.monotonic()
-    report = tune_model(options, model, None, Hooks(note=lambda m: print(f"  {m}")))
+    summary = tune_model(options, model, None, Hooks(note=lambda m: print(f"  {m}")))
     seconds = time.monotonic() - started
-    best = report.best.outcome.throughput if report.best and report.best.outcome else 0.0
-    return best, report.search.measured_here, seconds
+    best = summary.best.outcome.throughput if summary.best and summary.best.outcome else 0.0
+    # a fresh study: every trial with an outcome of its own was measured by this call
+    measured = sum(t.outcome is not None and t.reused_from is None for t in summary.trials)
+    return best, measured, seconds
 
 
 def main() -> None:

@@ -146,7 +146,7 @@ def model_space(
         replace(
             options.space,
             precisions=precisions,
-            latency_limit_us=options.budget.limit_us,
+            latency_limit=options.budget.limit,
             max_batch_cap=cap,
         ),
     )

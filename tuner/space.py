@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from tritonclient.grpc import model_config_pb2 as mc
 
 from common.cpu import usable_cpu_count
-from serve.backends.registry import backend_name
+from serve.api import backend_name
 from tuner.candidate import (
     DYNAMIC_BATCHING,
     INSTANCE_COUNT,
@@ -56,6 +56,7 @@ from tuner.candidate import (
     apply,
     config_precision,
 )
+from tuner.duration import Duration
 
 DEFAULT_DELAYS_US = (0, 100, 500, 1000, 2000, 5000)
 DEFAULT_GPU_INSTANCES = 4
@@ -89,7 +90,7 @@ class SpaceOptions:
     precisions: tuple[str, ...] = ("fp32",)
     max_batch_cap: int | None = None  # default: the config's own max_batch_size
     delays_us: tuple[int, ...] = DEFAULT_DELAYS_US
-    latency_limit_us: float | None = None  # delays >= this are left out
+    latency_limit: Duration | None = None  # delays >= this are left out
     max_instances: int | None = None  # default: the core count (4 on a GPU)
     tune_preferred: bool = True  # False: preferred_batch_size stays none (a smaller grid)
 
@@ -340,7 +341,7 @@ def _batching_choices(base: mc.ModelConfig, options: SpaceOptions) -> BatchingCh
     sizes = set(_powers_of_two(cap)) - {1} | {cap}
     if 2 <= base.max_batch_size <= cap:
         sizes.add(base.max_batch_size)
-    limit = options.latency_limit_us
+    limit = None if options.latency_limit is None else options.latency_limit.us
     delays = {d for d in options.delays_us if d == 0 or limit is None or d < limit}
     base_delay = base.dynamic_batching.max_queue_delay_microseconds
     if base.HasField("dynamic_batching") and (limit is None or base_delay < limit):

@@ -33,7 +33,7 @@ SPEED = {"fp32": 1.0, "fp16": 0.9, "int8": 2.5}
 
 def digits_space(**options: object) -> SearchSpace:
     base = read_config_file(BUNDLED_REPOSITORY / "digits" / "config.pbtxt")
-    settings = {"precisions": ("fp32", "fp16", "int8"), "latency_limit_us": 2_000} | options
+    settings = {"precisions": ("fp32", "fp16", "int8"), "latency_limit": Duration(2_000)} | options
     return build_space(base, Platform(cpu_count=2), SpaceOptions(**settings))  # type: ignore[arg-type]
 
 
@@ -143,7 +143,9 @@ def slow_digits_space(delays: tuple[int, ...] = (0, 500)) -> SearchSpace:
     base = read_config_file(BUNDLED_REPOSITORY / "digits" / "config.pbtxt")
     base.dynamic_batching.max_queue_delay_microseconds = 40_000
     base.dynamic_batching.preferred_batch_size.append(64)
-    options = SpaceOptions(precisions=("fp32", "int8"), delays_us=delays, latency_limit_us=2_000)
+    options = SpaceOptions(
+        precisions=("fp32", "int8"), delays_us=delays, latency_limit=Duration(2_000)
+    )
     return build_space(base, Platform(cpu_count=2), options)
 
 

@@ -199,7 +199,7 @@ def test_every_grid_candidate_is_a_valid_config(model: str, cores: int) -> None:
 
 
 def test_digits_space_on_two_cores() -> None:
-    options = SpaceOptions(precisions=("fp32", "fp16", "int8"), latency_limit_us=10_000)
+    options = SpaceOptions(precisions=("fp32", "fp16", "int8"), latency_limit=Duration.from_ms(10))
     space = build_space(_config("digits"), Platform(cpu_count=2), options)
     assert space.instance_counts == (1, 2)
     assert space.thread_choices == {1: (1, 2), 2: (1,)}
@@ -250,7 +250,7 @@ def test_max_batch_size_is_searched_up_to_what_the_model_accepts(tmp_path: Path)
 
 
 def test_space_options_shrink_the_grid() -> None:
-    options = SpaceOptions(precisions=("fp32",), latency_limit_us=800, tune_preferred=False)
+    options = SpaceOptions(precisions=("fp32",), latency_limit=Duration(800), tune_preferred=False)
     space = build_space(_config("digits"), Platform(cpu_count=2), options)
     assert space.batching is not None and space.batching.delays_us == (0, 100, 500)
     assert space.size == 3 * (1 + 6 * 3)
@@ -279,7 +279,9 @@ def test_model_values_outside_the_space_are_snapped() -> None:
         """,
         "m",
     )
-    space = build_space(base, Platform(cpu_count=4), SpaceOptions(latency_limit_us=10_000))
+    space = build_space(
+        base, Platform(cpu_count=4), SpaceOptions(latency_limit=Duration.from_ms(10))
+    )
     assert space.batching is not None and 48 in space.batching.max_batch_sizes
     assert 24 in space.batching.preferred(48)
     default = space.default_candidate()
@@ -310,7 +312,9 @@ def test_a_config_outside_the_space_is_written_as_the_empty_candidate(written: s
     )
     if "intra_op" not in written and "dynamic_batching { }" not in written:
         base.parameters["intra_op_thread_count"].string_value = "1"
-    space = build_space(base, Platform(cpu_count=2), SpaceOptions(latency_limit_us=20_000))
+    space = build_space(
+        base, Platform(cpu_count=2), SpaceOptions(latency_limit=Duration.from_ms(20))
+    )
     assert space.as_written() == Candidate()
     assert space.default_candidate() in space  # the search still starts near it
 
