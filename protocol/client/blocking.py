@@ -1,0 +1,58 @@
+"""The control calls of `HttpClient` for synchronous code.
+
+Each call opens a connection on an event loop of its own, makes the call and closes: fit for
+occasional calls (loading a model, reading a config), not for a loop of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from protocol.client.http import HttpClient, parse_url
+
+T = TypeVar("T")
+
+
+class BlockingClient:
+    """`HttpClient`'s calls, blocking; the same errors (ClientError)."""
+
+    def __init__(
+        self, url: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0
+    ) -> None:
+        self.endpoint = parse_url(url)
+        self._url = url
+        self._headers = dict(headers or {})
+        self._timeout_s = timeout_s
+
+    def server_metadata(self) -> dict[str, Any]:
+        return self._run(lambda client: client.server_metadata())
+
+    def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        return self._run(lambda client: client.model_metadata(model, version))
+
+    def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+        return self._run(lambda client: client.model_config(model, version))
+
+    def statistics(self, model: str = "", version: str = "") -> dict[str, Any]:
+        return self._run(lambda client: client.statistics(model, version))
+
+    def repository_index(self) -> list[dict[str, Any]]:
+        return self._run(lambda client: client.repository_index())
+
+    def load_model(self, model: str, parameters: dict[str, Any] | None = None) -> None:
+        self._run(lambda client: client.load_model(model, parameters))
+
+    def unload_model(self, model: str) -> None:
+        self._run(lambda client: client.unload_model(model))
+
+    def _run(self, call: Callable[[HttpClient], Awaitable[T]]) -> T:
+        async def main() -> T:
+            client = HttpClient(self._url, self._headers, self._timeout_s)
+            try:
+                return await call(client)
+            finally:
+                await client.close()
+
+        return asyncio.run(main())

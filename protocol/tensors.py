@@ -1,0 +1,97 @@
+"""Binary tensor data (Triton's binary tensor data extension): row-major and little-endian;
+a BYTES tensor is, per element, a 4-byte little-endian length followed by the element's bytes.
+
+Parsed BYTES tensors are object arrays of `bytes`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from protocol.datatypes import WIRE_DTYPES
+from protocol.errors import ProtocolError
+
+_U32 = struct.Struct("<I")
+
+
+def tensor_bytes(datatype: str, data: np.ndarray) -> bytes:
+    """The binary form of a tensor of wire `datatype` (no copy beyond the result's own when
+    `data` is already contiguous and little-endian)."""
+    if datatype == "BYTES":
+        return serialize_bytes_tensor(data)
+    return np.ascontiguousarray(data, dtype=WIRE_DTYPES[datatype]).tobytes()
+
+
+def serialize_bytes_tensor(array: np.ndarray) -> bytes:
+    """BYTES wire format, row-major: per element a 4-byte little-endian length, then the bytes.
+
+    Elements may be bytes, str (UTF-8 encoded) or anything else (its str(), UTF-8 encoded).
+    """
+    parts: list[bytes] = []
+    pack = _U32.pack
+    for item in np.asarray(array).reshape(-1).tolist():
+        raw = item if type(item) is bytes else _to_bytes(item)
+        parts.append(pack(len(raw)))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(
+    buffer: bytes | bytearray | memoryview, count: int, label: str = "BYTES tensor"
+) -> np.ndarray:
+    """Parse `count` BYTES elements filling `buffer` exactly into a 1-D object array of bytes.
+
+    Raises ProtocolError with `label` in the message when the length prefixes do not fill the
+    buffer or the element count differs.
+    """
+    data = buffer if type(buffer) is bytes else bytes(buffer)
+    return parse_bytes_tensor(data, 0, len(data), count, label)
+
+
+def parse_bytes_tensor(buf: bytes, start: int, size: int, count: int, label: str) -> np.ndarray:
+    """The `count` BYTES elements in `buf[start:start + size]` as a 1-D object array."""
+    items = _split(buf, start, size, count, label)
+    if len(items) != count:
+        raise ProtocolError(
+            f"{label}: BYTES data holds {len(items)} elements but its shape needs {count}"
+        )
+    array = np.empty(count, dtype=np.object_)
+    array[:] = items
+    return array
+
+
+def split_bytes_elements(buf: bytes, label: str) -> list[bytes]:
+    """Every length-prefixed element of `buf`, however many."""
+    return _split(buf, 0, len(buf), -1, label)
+
+
+def _split(buf: bytes, start: int, size: int, count: int, label: str) -> list[bytes]:
+    end = start + size
+    items: list[bytes] = []
+    unpack = _U32.unpack_from
+    pos = start
+    while pos < end:
+        if len(items) == count:
+            raise ProtocolError(
+                f"{label}: BYTES data holds more than the {count} elements its shape needs"
+            )
+        if pos + 4 > end:
+            raise ProtocolError(f"{label}: truncated length prefix at byte {pos - start} of {size}")
+        (length,) = unpack(buf, pos)
+        pos += 4
+        if pos + length > end:
+            raise ProtocolError(
+                f"{label}: element {len(items)} of length {length} runs past its {size} bytes"
+            )
+        items.append(buf[pos : pos + length])
+        pos += length
+    return items
+
+
+def _to_bytes(item: Any) -> bytes:
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(item)
+    return (item if isinstance(item, str) else str(item)).encode()
