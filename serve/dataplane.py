@@ -13,9 +13,9 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 import serve
+from protocol.datatypes import config_to_wire
 from serve.backends.registry import backend_name
 from serve.config.model_config import config_from_json, config_to_json
-from serve.datatypes import config_to_wire
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.model.model_version import ResponseCallback

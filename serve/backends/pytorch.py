@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from protocol.datatypes import config_to_wire, numpy_dtype, wire_datatype, wire_to_config
+from protocol.errors import ProtocolError
 from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInstance, RequestResult
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
-from serve.datatypes import config_to_wire, numpy_dtype, wire_datatype, wire_to_config
 from serve.errors import ServeError
 from serve.inference import InferRequest
 
@@ -120,7 +121,7 @@ def _tensor_dtype(model: str, kind: str, tensor: mc.ModelInput | mc.ModelOutput)
         )
     try:
         return numpy_dtype(config_to_wire(type_name))
-    except ServeError:
+    except ProtocolError:
         raise ServeError.unavailable(
             f"model '{model}': {kind} '{tensor.name}' has unsupported data_type {type_name}"
         ) from None
@@ -225,7 +226,7 @@ def _to_tensor(array: np.ndarray) -> torch.Tensor:
 def _type_name(dtype: np.dtype) -> str:
     try:
         return wire_to_config(wire_datatype(dtype))
-    except ServeError:
+    except ProtocolError:
         return str(dtype)
 
 

@@ -12,25 +12,19 @@ unaligned. BYTES tensors are object arrays of `bytes`.
 from __future__ import annotations
 
 import math
-import struct
 from typing import Any
 
 import numpy as np
 import orjson
 
-from serve.datatypes import ELEMENT_SIZE, WIRE_TO_NUMPY
+from protocol.datatypes import ELEMENT_SIZE, WIRE_DTYPES, WIRE_TO_NUMPY
+from protocol.errors import ProtocolError
+from protocol.headers import BINARY_DATA, BINARY_DATA_OUTPUT, BINARY_DATA_SIZE, HEADER_LENGTH
+from protocol.tensors import parse_bytes_tensor, serialize_bytes_tensor
 from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest, InferResponse, OutputTensor, RequestedOutput
 
-HEADER_LENGTH_HEADER = "Inference-Header-Content-Length"
-
-_U32 = struct.Struct("<I")
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-
-# Wire byte order is little-endian whatever the host's.
-_LE_DTYPE: dict[str, np.dtype] = {
-    wire: dtype.newbyteorder("<") for wire, dtype in WIRE_TO_NUMPY.items() if wire != "BYTES"
-}
 
 # numpy kinds that JSON `data` may infer to for each datatype (bool is never a number here).
 _JSON_KINDS: dict[str, str] = {
@@ -55,7 +49,7 @@ def parse_header_length(value: str | bytes | None) -> int | None:
     if not (value.isascii() and value.isdigit()):
         shown = value.decode("latin-1") if isinstance(value, bytes) else value
         raise ServeError.invalid(
-            f"{HEADER_LENGTH_HEADER} must be a non-negative integer, got {shown!r}"
+            f"{HEADER_LENGTH} must be a non-negative integer, got {shown!r}"
         )
     return int(value)
 
@@ -122,10 +116,10 @@ def encode_infer_response(
     for as JSON whose elements are not all valid UTF-8 goes binary instead: JSON strings cannot
     carry it losslessly, and Triton's clients read either form.
     """
-    binary_default = request.parameters.get("binary_data_output") is True
+    binary_default = request.parameters.get(BINARY_DATA_OUTPUT) is True
     per_output: dict[str, Any] = {}
     if request.requested_outputs:
-        per_output = {o.name: o.parameters.get("binary_data") for o in request.requested_outputs}
+        per_output = {o.name: o.parameters.get(BINARY_DATA) for o in request.requested_outputs}
 
     outputs: list[dict[str, Any]] = []
     blobs: list[Any] = []
@@ -157,42 +151,16 @@ def encode_error(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
-def serialize_bytes_tensor(array: np.ndarray) -> bytes:
-    """BYTES wire format, row-major: per element a 4-byte little-endian length, then the bytes.
-
-    Elements may be bytes, str (UTF-8 encoded) or anything else (its str(), UTF-8 encoded).
-    """
-    parts: list[bytes] = []
-    pack = _U32.pack
-    for item in np.asarray(array).reshape(-1).tolist():
-        raw = item if type(item) is bytes else _to_bytes(item)
-        parts.append(pack(len(raw)))
-        parts.append(raw)
-    return b"".join(parts)
-
-
-def deserialize_bytes_tensor(
-    buffer: bytes | bytearray | memoryview, count: int, label: str = "BYTES tensor"
-) -> np.ndarray:
-    """Parse `count` BYTES elements filling `buffer` exactly into a 1-D object array of bytes.
-
-    Raises ServeError (invalid argument) with `label` in the message when the length prefixes
-    do not fill the buffer or the element count differs.
-    """
-    data = buffer if type(buffer) is bytes else bytes(buffer)
-    return _parse_bytes(data, 0, len(data), count, label)
-
-
 def _json_end(header_length: int | None, body_length: int) -> int:
     if header_length is None:
         return body_length
     if type(header_length) is not int or header_length < 0:
         raise ServeError.invalid(
-            f"{HEADER_LENGTH_HEADER} must be a non-negative integer, got {header_length!r}"
+            f"{HEADER_LENGTH} must be a non-negative integer, got {header_length!r}"
         )
     if header_length > body_length:
         raise ServeError.invalid(
-            f"{HEADER_LENGTH_HEADER} {header_length} exceeds body length {body_length}"
+            f"{HEADER_LENGTH} {header_length} exceeds body length {body_length}"
         )
     return header_length
 
@@ -221,7 +189,7 @@ def _decode_input(
     params = spec.get("parameters")
     if params is not None and type(params) is not dict:
         raise ServeError.invalid(f"input '{name}': 'parameters' must be a JSON object")
-    size = params.get("binary_data_size") if params else None
+    size = params.get(BINARY_DATA_SIZE) if params else None
     data = spec.get("data")
     if size is None:
         if data is None:
@@ -253,9 +221,13 @@ def _decode_input(
             f" ({len(body) - offset} bytes left)"
         )
     if datatype == "BYTES":
-        array = _parse_bytes(body, offset, size, count, f"input '{name}'").reshape(shape)
+        try:
+            items = parse_bytes_tensor(body, offset, size, count, f"input '{name}'")
+        except ProtocolError as exc:
+            raise ServeError.invalid(str(exc)) from None
+        array = items.reshape(shape)
     else:
-        array = np.frombuffer(body, _LE_DTYPE[datatype], count, offset).reshape(shape)
+        array = np.frombuffer(body, WIRE_DTYPES[datatype], count, offset).reshape(shape)
     return name, datatype, array, end
 
 
@@ -333,37 +305,6 @@ def _nested_strings(data: list[Any], name: str) -> list[bytes]:
     return [s.encode() for s in flat]
 
 
-def _parse_bytes(buf: bytes, start: int, size: int, count: int, label: str) -> np.ndarray:
-    end = start + size
-    items: list[bytes] = []
-    unpack = _U32.unpack_from
-    pos = start
-    while pos < end:
-        if len(items) == count:
-            raise ServeError.invalid(
-                f"{label}: BYTES data holds more than the {count} elements its shape needs"
-            )
-        if pos + 4 > end:
-            raise ServeError.invalid(
-                f"{label}: truncated length prefix at byte {pos - start} of {size}"
-            )
-        (length,) = unpack(buf, pos)
-        pos += 4
-        if pos + length > end:
-            raise ServeError.invalid(
-                f"{label}: element {len(items)} of length {length} runs past its {size} bytes"
-            )
-        items.append(buf[pos : pos + length])
-        pos += length
-    if len(items) != count:
-        raise ServeError.invalid(
-            f"{label}: BYTES data holds {len(items)} elements but its shape needs {count}"
-        )
-    array = np.empty(count, dtype=np.object_)
-    array[:] = items
-    return array
-
-
 def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
     if raw is None:
         return None
@@ -413,12 +354,12 @@ def _encode_output(output: OutputTensor, binary: bool) -> tuple[dict[str, Any], 
             return entry, None
         blob = array.reshape(-1).view(np.uint8)
         size = blob.size
-    entry["parameters"] = {"binary_data_size": size}
+    entry["parameters"] = {BINARY_DATA_SIZE: size}
     return entry, blob
 
 
 def _wire_array(output: OutputTensor) -> np.ndarray:
-    dtype = _LE_DTYPE.get(output.datatype)
+    dtype = WIRE_DTYPES.get(output.datatype)
     if dtype is None:
         raise ServeError.internal(f"output '{output.name}': unknown datatype '{output.datatype}'")
     data = output.data
@@ -448,9 +389,3 @@ def _as_texts(data: np.ndarray) -> list[str] | None:
         else:
             texts.append(item if isinstance(item, str) else str(item))
     return texts
-
-
-def _to_bytes(item: Any) -> bytes:
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        return bytes(item)
-    return (item if isinstance(item, str) else str(item)).encode()

@@ -11,6 +11,7 @@ import asyncio
 import re
 from typing import Any
 
+from protocol.headers import CONTENT_TYPE_BINARY, CONTENT_TYPE_JSON, HEADER_LENGTH_ASGI
 from serve.dataplane import DataPlane
 from serve.errors import ServeError
 from serve.http.codec import (
@@ -23,9 +24,9 @@ from serve.http.status import HTTP_STATUS
 from serve.inference import InferResponse
 
 _INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
-_HEADER_LENGTH = b"inference-header-content-length"
-_JSON = b"application/json"
-_BINARY = b"application/octet-stream"
+_HEADER_LENGTH = HEADER_LENGTH_ASGI
+_JSON = CONTENT_TYPE_JSON.encode()
+_BINARY = CONTENT_TYPE_BINARY.encode()
 
 ASGIApp = Any
 

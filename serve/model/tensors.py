@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.datatypes import WIRE_TO_NUMPY, config_to_wire
+from protocol.datatypes import WIRE_TO_NUMPY, config_to_wire
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse, OutputTensor
 from serve.model.classification import (

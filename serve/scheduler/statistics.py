@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.statistics import BATCH_DURATION_FIELDS, DURATION_FIELDS
 from serve.backends.base import BatchTimes
 
 
@@ -27,18 +28,6 @@ class BatchSizeStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
-
-
-_INFERENCE_FIELDS = (
-    "success",
-    "fail",
-    "queue",
-    "compute_input",
-    "compute_infer",
-    "compute_output",
-    "cache_hit",
-    "cache_miss",
-)
 
 
 @dataclass(slots=True)
@@ -93,15 +82,11 @@ class ModelStatistics:
             "last_inference": self.last_inference_ms,
             "inference_count": self.inference_count,
             "execution_count": self.execution_count,
-            "inference_stats": {key: getattr(self, key).to_json() for key in _INFERENCE_FIELDS},
+            "inference_stats": {key: getattr(self, key).to_json() for key in DURATION_FIELDS},
             "response_stats": {},
             "batch_stats": [
-                {
-                    "batch_size": size,
-                    "compute_input": stats.compute_input.to_json(),
-                    "compute_infer": stats.compute_infer.to_json(),
-                    "compute_output": stats.compute_output.to_json(),
-                }
+                {"batch_size": size}
+                | {key: getattr(stats, key).to_json() for key in BATCH_DURATION_FIELDS}
                 for size, stats in sorted(self.batches.items())
             ],
             "memory_usage": [],

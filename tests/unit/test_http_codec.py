@@ -10,14 +10,13 @@ import pytest
 import tritonclient.http as triton_http
 import tritonclient.utils as triton_utils
 
+from protocol.tensors import serialize_bytes_tensor
 from serve.errors import ErrorKind, ServeError
 from serve.http.codec import (
     decode_infer_request,
-    deserialize_bytes_tensor,
     encode_error,
     encode_infer_response,
     parse_header_length,
-    serialize_bytes_tensor,
 )
 from serve.inference import InferRequest, InferResponse, OutputTensor, RequestedOutput
 
@@ -326,38 +325,6 @@ def test_unknown_output_datatype_is_internal() -> None:
 
 def test_encode_error() -> None:
     assert orjson.loads(encode_error('bad "x"')) == {"error": 'bad "x"'}
-
-
-# --- BYTES helpers ------------------------------------------------------------------------
-
-
-def test_bytes_helpers_match_tritonclient() -> None:
-    array = sample("BYTES")
-    ours = serialize_bytes_tensor(array)
-    assert ours == triton_utils.serialize_byte_tensor(array).item()
-    assert deserialize_bytes_tensor(ours, 6).tolist() == array.reshape(-1).tolist()
-    assert deserialize_bytes_tensor(memoryview(ours), 6).tolist() == array.reshape(-1).tolist()
-    assert serialize_bytes_tensor(np.array(["\u00e9", 5], dtype=np.object_)) == (
-        b"\x02\x00\x00\x00\xc3\xa9\x01\x00\x00\x005"
-    )
-    assert serialize_bytes_tensor(np.empty((0,), dtype=np.object_)) == b""
-    assert deserialize_bytes_tensor(b"", 0).shape == (0,)
-
-
-@pytest.mark.parametrize(
-    ("buffer", "count", "fragment"),
-    [
-        (b"\x01\x00\x00", 1, "truncated length prefix"),
-        (b"\x05\x00\x00\x00ab", 1, "runs past"),
-        (b"\x01\x00\x00\x00a", 2, "holds 1 elements"),
-        (b"\x01\x00\x00\x00a\x00\x00\x00\x00", 1, "more than the 1"),
-    ],
-)
-def test_deserialize_bytes_errors(buffer: bytes, count: int, fragment: str) -> None:
-    with pytest.raises(ServeError) as info:
-        deserialize_bytes_tensor(buffer, count, "input 'S'")
-    assert info.value.kind is ErrorKind.INVALID_ARGUMENT
-    assert "input 'S'" in info.value.message and fragment in info.value.message
 
 
 def test_parse_header_length() -> None:

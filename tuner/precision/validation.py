@@ -21,8 +21,8 @@ from analyzer.errors import AnalyzerError
 from analyzer.input_files import read_json_data
 from analyzer.inputs import RANDOM_INT_HIGH
 from analyzer.load.options import ModelInfo, TensorInfo
+from protocol.datatypes import config_to_wire, numpy_dtype
 from serve.config.model_config import config_to_json
-from serve.datatypes import config_to_wire, numpy_dtype
 from tuner.precision.errors import PrecisionError
 
 Feed = dict[str, np.ndarray]

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from serve.datatypes import WIRE_TO_NUMPY, config_to_wire, wire_datatype
-from serve.errors import ServeError
+from protocol.datatypes import WIRE_TO_NUMPY, config_to_wire, wire_datatype
+from protocol.errors import ProtocolError
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -238,8 +238,8 @@ def triton_string_to_numpy(triton_type_string: str) -> type:
 def numpy_to_triton_type(dtype: Any) -> int:
     try:
         return TRITONSERVER_TYPES[wire_datatype(np.dtype(dtype))]
-    except ServeError as exc:
-        raise TritonModelException(exc.message) from None
+    except ProtocolError as exc:
+        raise TritonModelException(str(exc)) from None
 
 
 def triton_to_numpy_type(triton_type: int) -> type:

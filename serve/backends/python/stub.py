@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from protocol.datatypes import wire_datatype
+from protocol.errors import ProtocolError
 from serve.backends.python import pb_utils
 from serve.backends.python.channel import Channel
 from serve.backends.python.loader import ModelLoadError, describe, import_model_class
@@ -44,8 +46,6 @@ from serve.backends.python.protocol import (
     place,
 )
 from serve.backends.python.shm import Attachment
-from serve.datatypes import wire_datatype
-from serve.errors import ServeError
 
 _BYTES_KINDS = "OSU"
 
@@ -222,8 +222,8 @@ def _layout(
             continue
         try:
             wire_datatype(array.dtype)
-        except ServeError as exc:
-            raise ValueError(f"output '{tensor.name()}': {exc.message}") from None
+        except ProtocolError as exc:
+            raise ValueError(f"output '{tensor.name()}': {exc}") from None
         (offset,), end = place([array.nbytes], end)
         meta = TensorMeta(tensor.name(), array.dtype.newbyteorder("=").str, array.shape, offset)
         metas.append(meta)
