@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,11 @@ from analyzer.datatypes import numpy_dtype
 from analyzer.errors import AnalyzerError
 from analyzer.load.options import ModelInfo, TensorInfo
 from analyzer.shapes import check_shape, item_dims
+from protocol.errors import ProtocolError
+from protocol.tensors import split_bytes_elements
 
 Sample = dict[str, np.ndarray]
 
-_U32 = struct.Struct("<I")
 _KIND_NAMES = {"b": "booleans", "i": "integers", "u": "integers", "f": "floating-point numbers"}
 _ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 
@@ -213,7 +213,10 @@ def _from_b64(tensor: TensorInfo, encoded: Any, shape: tuple[int, ...], where: s
         ) from None
     count = math.prod(shape)
     if tensor.datatype == "BYTES":
-        elements = _split_length_prefixed(raw, tensor.name, where)
+        try:
+            elements = split_bytes_elements(raw, f"{where}: the b64 BYTES data of '{tensor.name}'")
+        except ProtocolError as exc:
+            raise AnalyzerError(str(exc)) from None
         if len(elements) != count:
             raise AnalyzerError(
                 f"input '{tensor.name}' expects {count} elements per batch item, the b64 data has"
@@ -227,21 +230,6 @@ def _from_b64(tensor: TensorInfo, encoded: Any, shape: tuple[int, ...], where: s
             f" ({count} x {tensor.datatype}), the b64 data has {len(raw)} ({where})"
         )
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
-
-
-def _split_length_prefixed(raw: bytes, name: str, where: str) -> list[bytes]:
-    elements: list[bytes] = []
-    offset = 0
-    while offset < len(raw):
-        if offset + 4 > len(raw):
-            raise AnalyzerError(f"{where}: the b64 BYTES data of '{name}' ends inside a length")
-        (length,) = _U32.unpack_from(raw, offset)
-        offset += 4
-        if offset + length > len(raw):
-            raise AnalyzerError(f"{where}: the b64 BYTES data of '{name}' ends inside an element")
-        elements.append(raw[offset : offset + length])
-        offset += length
-    return elements
 
 
 def _flatten(values: list[Any]) -> list[Any]:

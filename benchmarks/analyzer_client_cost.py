@@ -22,10 +22,10 @@ from pathlib import Path
 import psutil
 
 from analyzer.aio import run
-from analyzer.client.http import HttpClient
 from analyzer.load.base import LoadLevel
 from analyzer.load.factory import connect
 from analyzer.load.options import LoadOptions
+from protocol.client.http import HttpClient
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF_ANALYZER = ROOT / ".cache" / "perf_analyzer" / "bin" / "perf_analyzer"

@@ -11,15 +11,17 @@ import os
 import re
 from typing import Any
 
-from analyzer.client.http import HttpClient, build_infer_request
-from analyzer.client.infer_body import encode_infer_body
 from analyzer.errors import AnalyzerError
 from analyzer.inputs import build_input_sets
 from analyzer.load.base import LoadDriver, LoadLevel
 from analyzer.load.local import AsyncLoadDriver, InferTarget
-from analyzer.load.options import LoadOptions, ModelInfo, TensorInfo
+from analyzer.load.options import LoadOptions, ModelInfo
 from analyzer.load.process import ProcessDriver
 from analyzer.load.schedule import ScheduleSpec, check_distribution, check_intervals
+from protocol.client.http import HttpClient, build_infer_request
+from protocol.client.infer_body import encode_infer_body
+from protocol.errors import ClientError, ProtocolError
+from protocol.metadata import ModelMetadata
 
 # Past these a load is spread over worker processes when LoadOptions.worker_processes is 0.
 # Measured here (2 cores, against a no-op server): one process sustains ~20,000 requests/s in
@@ -40,11 +42,17 @@ async def connect(
     will ask for; with `options.worker_processes == 0` it decides whether worker processes
     are needed."""
     check_options(options)
-    client = HttpClient(options.url, options.headers)
     try:
-        await client.server_metadata()
-        metadata = await client.model_metadata(options.model, options.version)
-        config = await client.model_config(options.model, options.version)
+        client = HttpClient(options.url, options.headers)
+    except ClientError as exc:
+        raise AnalyzerError(f"-u {exc}") from None
+    try:
+        try:
+            await client.server_metadata()
+            metadata = await client.model_metadata(options.model, options.version)
+            config = await client.model_config(options.model, options.version)
+        except ClientError as exc:
+            raise AnalyzerError(str(exc)) from None
         model = model_info(metadata, config, options.version)
         target = build_target(client, model, options)
         driver = make_driver(target, options, peak)
@@ -87,21 +95,22 @@ def check_options(options: LoadOptions) -> None:
 
 def model_info(metadata: dict[str, Any], config: dict[str, Any], version: str) -> ModelInfo:
     """The model from its metadata (tensors, batch dim included) and config."""
-    name = metadata.get("name")
-    if not isinstance(name, str):
-        raise AnalyzerError("the server's model metadata has no 'name'")
-    versions = [str(v) for v in metadata.get("versions") or []]
+    try:
+        parsed = ModelMetadata.from_json(metadata)
+    except ProtocolError as exc:
+        raise AnalyzerError(str(exc)) from None
+    versions = parsed.versions
     if not version and versions:
         version = max(versions, key=lambda v: (v.isdigit(), int(v) if v.isdigit() else 0, v))
     max_batch_size = config.get("max_batch_size", 0)
     if not isinstance(max_batch_size, int):
-        raise AnalyzerError(f"the config of model '{name}' has no integer max_batch_size")
+        raise AnalyzerError(f"the config of model '{parsed.name}' has no integer max_batch_size")
     return ModelInfo(
-        name=name,
+        name=parsed.name,
         version=version,
         max_batch_size=max_batch_size,
-        inputs=_tensors(metadata, "inputs", name),
-        outputs=_tensors(metadata, "outputs", name),
+        inputs=parsed.inputs,
+        outputs=parsed.outputs,
         config=config,
     )
 
@@ -111,12 +120,15 @@ def build_target(client: HttpClient, model: ModelInfo, options: LoadOptions) -> 
     outputs = [tensor.name for tensor in model.outputs]
     requests = []
     for inputs in build_input_sets(model, options):
-        body, header_length = encode_infer_body(
-            inputs,
-            outputs,
-            binary_inputs=options.input_tensor_format == "binary",
-            binary_outputs=options.output_tensor_format == "binary",
-        )
+        try:
+            body, header_length = encode_infer_body(
+                inputs,
+                outputs,
+                binary_inputs=options.input_tensor_format == "binary",
+                binary_outputs=options.output_tensor_format == "binary",
+            )
+        except ProtocolError as exc:
+            raise AnalyzerError(f"{exc}: use --input-tensor-format binary") from None
         requests.append(
             build_infer_request(
                 client.endpoint,
@@ -184,20 +196,3 @@ def parse_header_flag(text: str) -> tuple[str, str]:
     if name.lower() in ("host", "content-length", "content-type", "transfer-encoding"):
         raise AnalyzerError(f"-H '{text}': the {name} header is set by the analyzer itself")
     return name, value
-
-
-def _tensors(metadata: dict[str, Any], key: str, model: str) -> list[TensorInfo]:
-    tensors = []
-    for entry in metadata.get(key) or []:
-        try:
-            tensors.append(
-                TensorInfo(
-                    str(entry["name"]), str(entry["datatype"]), [int(d) for d in entry["shape"]]
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            raise AnalyzerError(
-                f"the server's metadata of model '{model}' has a malformed {key} entry:"
-                f" {entry!r:.200}"
-            ) from None
-    return tensors

@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from time import perf_counter_ns
 
-from analyzer.client.http import Endpoint, connect_error_reason
-from analyzer.client.infer_connection import InferConnection, RawRecord
 from analyzer.load.base import (
     DELAY_TOLERANCE_NS,
     LoadDriver,
@@ -28,6 +26,8 @@ from analyzer.load.base import (
 )
 from analyzer.load.options import DEFAULT_MAX_CONNECTIONS
 from analyzer.load.schedule import ScheduleSpec, send_delays_ns
+from protocol.client.http import Endpoint, connect_error_reason
+from protocol.client.infer_connection import InferConnection, RawRecord
 
 RETRY_DELAY_S = 0.05  # before replacing a connection that could not be opened
 PREOPEN_PER_RATE = 0.002  # connections opened before request-rate mode starts: 2 ms of sends

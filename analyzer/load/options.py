@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.metadata import TensorMetadata
+
 # Connections one load may open: each outstanding request needs its own (no pipelining). In
 # request-rate mode a request due while all of them are busy waits for one to free.
 DEFAULT_MAX_CONNECTIONS = 4096
@@ -36,11 +38,9 @@ class LoadOptions:
     seed: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    name: str
-    datatype: str  # KServe v2 wire name
-    shape: list[int]  # as the metadata gives it (-1 for variable dims, batch dim included)
+# A tensor as the model metadata describes it (name, wire datatype, shape with -1 for variable
+# dims, batch dim included).
+TensorInfo = TensorMetadata
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,11 +24,11 @@ import signal
 from typing import Any
 
 from analyzer.aio import run
-from analyzer.client.http import Endpoint
 from analyzer.load import channel
 from analyzer.load.base import LoadLevel
 from analyzer.load.local import AsyncLoadDriver, InferTarget
 from analyzer.load.schedule import ScheduleSpec
+from protocol.client.http import Endpoint
 
 
 def main() -> None:

@@ -13,17 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from analyzer.measurement import ServerBreakdown
-
-_DURATIONS = (
-    "success",
-    "fail",
-    "queue",
-    "compute_input",
-    "compute_infer",
-    "compute_output",
-    "cache_hit",
-    "cache_miss",
-)
+from protocol.statistics import DURATION_FIELDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +53,7 @@ class ServerCounters:
             "execution_count": int(entry.get("execution_count", 0)),
         }
         inference_stats = entry.get("inference_stats", {}) or {}
-        for name in _DURATIONS:
+        for name in DURATION_FIELDS:
             duration = inference_stats.get(name, {}) or {}
             values[f"{name}_count"] = int(duration.get("count", 0))
             values[f"{name}_ns"] = int(duration.get("ns", 0))

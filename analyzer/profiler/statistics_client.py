@@ -6,6 +6,7 @@ from typing import Any, Protocol
 
 from analyzer.errors import AnalyzerError
 from analyzer.profiler.server_stats import ServerCounters, select_model_stats
+from protocol.errors import ClientError
 
 
 class StatisticsClient(Protocol):
@@ -27,7 +28,7 @@ class ServerStatistics:
             return None
         try:
             document = await self._client.statistics(self._model, self._version)
-        except AnalyzerError as exc:
+        except (AnalyzerError, ClientError) as exc:
             self.problem = f"the server's statistics are not available: {exc}"
             return None
         entry = select_model_stats(document, self._model, self._version)

@@ -20,7 +20,6 @@ import psutil
 import pytest
 
 from analyzer.aio import run
-from analyzer.client.http import Endpoint, HttpClient, build_infer_request
 from analyzer.errors import AnalyzerError
 from analyzer.load.base import (
     DELAY_TOLERANCE_NS,
@@ -34,6 +33,7 @@ from analyzer.load.local import AsyncLoadDriver, InferTarget
 from analyzer.load.options import LoadOptions
 from analyzer.load.process import ProcessDriver
 from analyzer.load.schedule import ScheduleSpec
+from protocol.client.http import Endpoint, HttpClient, build_infer_request
 from tests.conftest import PROJECT_ROOT
 from tests.support.server_process import RunningServer
 

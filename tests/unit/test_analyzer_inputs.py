@@ -16,10 +16,14 @@ import orjson
 import pytest
 import tritonclient.http as triton_http
 
-from analyzer.client.infer_body import encode_infer_body, tensor_bytes
 from analyzer.errors import AnalyzerError
 from analyzer.inputs import RANDOM_INT_HIGH, InputTensor, build_input_sets
+from analyzer.load.factory import build_target
 from analyzer.load.options import LoadOptions, ModelInfo, TensorInfo
+from protocol.client.http import HttpClient
+from protocol.client.infer_body import encode_infer_body
+from protocol.errors import ProtocolError
+from protocol.tensors import tensor_bytes
 from serve.http.codec import decode_infer_request
 
 DATATYPES = [
@@ -157,15 +161,22 @@ def test_json_outputs_are_requested_when_asked() -> None:
     assert orjson.loads(body[:length])["outputs"][0]["parameters"] == {"binary_data": False}
 
 
-def test_non_utf8_bytes_cannot_go_as_json() -> None:
+def test_non_utf8_bytes_cannot_go_as_json(tmp_path: Path) -> None:
     data = np.array([b"\xff"], dtype=object)
-    with pytest.raises(AnalyzerError, match=r"input 'S' .*--input-tensor-format binary"):
+    with pytest.raises(ProtocolError, match=r"input 'S' .*not UTF-8"):
         encode_infer_body([InputTensor("S", "BYTES", (1,), data)], [], binary_inputs=False)
+    model_s = model({"S": ("BYTES", [1])})
+    data_file = {"data": [{"S": {"b64": base64.b64encode(b"\x01\x00\x00\x00\xff").decode()}}]}
+    path = tmp_path / "data.json"
+    path.write_bytes(orjson.dumps(data_file))
+    chosen = options(input_data=[str(path)], input_tensor_format="json")
+    with pytest.raises(AnalyzerError, match=r"input 'S' .*--input-tensor-format binary"):
+        build_target(HttpClient("127.0.0.1:1"), model_s, chosen)
 
 
 def test_bytes_tensor_is_length_prefixed() -> None:
     data = np.array([b"ab", b""], dtype=object)
-    encoded = tensor_bytes(InputTensor("S", "BYTES", (2,), data))
+    encoded = tensor_bytes("BYTES", data)
     assert encoded == struct.pack("<I", 2) + b"ab" + struct.pack("<I", 0)
 
 

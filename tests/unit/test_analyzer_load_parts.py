@@ -6,10 +6,8 @@ import itertools
 import statistics
 from pathlib import Path
 
-import httptools
 import pytest
 
-from analyzer.client.http import Endpoint, build_infer_request, error_message, parse_url
 from analyzer.errors import AnalyzerError
 from analyzer.load.base import LoadLevel
 from analyzer.load.factory import (
@@ -130,62 +128,6 @@ def test_unsupported_options_are_refused_clearly() -> None:
         check_options(LoadOptions("h", "m", input_tensor_format="yaml"))
 
 
-def test_parse_url() -> None:
-    assert parse_url("localhost:8000") == Endpoint("localhost", 8000)
-    assert parse_url("http://10.0.0.1:9000/") == Endpoint("10.0.0.1", 9000)
-    assert parse_url("myhost") == Endpoint("myhost", 8000)
-    assert parse_url("[::1]:8001").address == "[::1]:8001"
-    with pytest.raises(AnalyzerError, match="HTTPS is not supported"):
-        parse_url("https://host:443")
-    with pytest.raises(AnalyzerError, match="not a valid server address"):
-        parse_url("host:notaport")
-
-
-# framing and responses
-
-
-class _Request:
-    def __init__(self) -> None:
-        self.headers: dict[str, str] = {}
-        self.body = b""
-        self.url = b""
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode().lower()] = value.decode()
-
-    def on_body(self, body: bytes) -> None:
-        self.body += body
-
-
-def test_infer_request_framing() -> None:
-    request = build_infer_request(
-        Endpoint("127.0.0.1", 8000), "my model", "2", b"{}0123", 2, {"X-Key": "v"}
-    )
-    parsed = _Request()
-    parser = httptools.HttpRequestParser(parsed)
-    parser.feed_data(request)
-    assert parser.get_method() == b"POST"
-    assert parsed.url == b"/v2/models/my%20model/versions/2/infer"
-    assert parsed.headers["host"] == "127.0.0.1:8000"
-    assert parsed.headers["inference-header-content-length"] == "2"
-    assert parsed.headers["content-length"] == "6"
-    assert parsed.headers["content-type"] == "application/octet-stream"
-    assert parsed.headers["x-key"] == "v"
-    assert parsed.body == b"{}0123"
-    json_only = build_infer_request(Endpoint("h", 1), "m", "", b"{}", None)
-    assert json_only.startswith(b"POST /v2/models/m/infer HTTP/1.1\r\n")
-    assert b"Inference-Header-Content-Length" not in json_only
-
-
-def test_error_message() -> None:
-    assert error_message(400, b'{"error":"bad input"}') == "bad input"
-    assert error_message(502, b"Bad Gateway") == "HTTP 502: Bad Gateway"
-    assert error_message(500, b"") == "HTTP 500"
-
-
 def test_model_info_from_metadata_and_config() -> None:
     metadata = {
         "name": "simple",
@@ -199,6 +141,8 @@ def test_model_info_from_metadata_and_config() -> None:
     assert model_info(metadata, {"max_batch_size": 8}, "2").version == "2"
     with pytest.raises(AnalyzerError, match="malformed inputs entry"):
         model_info({**metadata, "inputs": [{"name": "x"}]}, {}, "")
+    with pytest.raises(AnalyzerError, match="has no 'name'"):
+        model_info({}, {}, "")
 
 
 def test_analyzer_never_imports_serve() -> None:

@@ -1,1 +1,0 @@
-"""Clients of a KServe v2 server: HTTP control calls and the infer connection."""
