@@ -16,7 +16,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from common.serve_process import (
@@ -25,8 +24,12 @@ from common.serve_process import (
     start_serve_process,
     stop_serve_process,
 )
+from protocol.client import BlockingClient
+from protocol.errors import ClientError
 from serve.config.model_config import config_to_json
 from tuner.errors import TunerError
+
+LOAD_TIMEOUT_S = 300.0
 
 
 class ServerError(TunerError):
@@ -93,21 +96,15 @@ class TuningServer:
 
     def load(self, config: mc.ModelConfig) -> None:
         """Load (or reload) the model with `config`; ServerError with the server's reason."""
-        body = {"parameters": {"config": json.dumps(config_to_json(config))}}
+        parameters = {"config": json.dumps(config_to_json(config))}
         try:
-            response = httpx.post(
-                f"http://{self.url}/v2/repository/models/{self.model_name}/load",
-                json=body,
-                timeout=300,
+            BlockingClient(self.url, timeout_s=LOAD_TIMEOUT_S).load_model(
+                self.model_name, parameters
             )
-        except httpx.HTTPError as exc:
-            raise ServerError(f"the tuning server did not answer a load: {exc}") from None
-        if response.status_code != 200:
-            try:
-                message = response.json().get("error", response.text)
-            except ValueError:
-                message = response.text
-            raise ServerError(message)
+        except ClientError as exc:
+            if exc.status is None:
+                raise ServerError(f"the tuning server did not answer a load: {exc}") from None
+            raise ServerError(str(exc)) from None
 
     def log_tail(self, lines: int = 20) -> str:
         return log_tail(self._log_path, lines)
