@@ -9,6 +9,12 @@ Each opens its own connections to the server (`analyzer.load.factory.connect`), 
 and closes everything. The plain functions run their own event loop; the `*_async` versions
 are for callers that already have one. Unreachable servers, unknown models and bad inputs
 raise `AnalyzerError`.
+
+Also what a caller needs to build their arguments and read the results (`LoadOptions`,
+`LoadLevel`, `MeasureSettings`, `Measurement`, `ModelInfo`, `TensorInfo`), input data files
+(`read_json_data`, `RANDOM_INT_HIGH`) and the latency breakdown figure of the perf report
+(`LatencyParts`, `breakdown_figure`). Other packages import this module and `analyzer.cli`
+only.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from dataclasses import dataclass, field
 
 from analyzer.aio import run as run_sync
 from analyzer.errors import AnalyzerError
+from analyzer.input_files import read_json_data
+from analyzer.inputs import RANDOM_INT_HIGH
 from analyzer.load.base import LoadLevel
 from analyzer.load.factory import connect
-from analyzer.load.options import LoadOptions, ModelInfo
+from analyzer.load.options import LoadOptions, ModelInfo, TensorInfo
 from analyzer.measurement import Measurement
 from analyzer.profiler.clock import MonotonicClock, epoch_offset_ns
 from analyzer.profiler.level import LevelRun, Probe
@@ -32,17 +40,28 @@ from analyzer.profiler.session import LevelProfiler
 from analyzer.profiler.settings import MeasureSettings
 from analyzer.profiler.statistics_client import ServerStatistics
 from analyzer.profiler.sweep import CONCURRENCY, SweepOutcome, SweepSpec, run_sweep
+from analyzer.report.html import LatencyParts, breakdown_figure
 
 __all__ = [
+    "RANDOM_INT_HIGH",
+    "AnalyzerError",
+    "LatencyParts",
+    "LoadLevel",
+    "LoadOptions",
     "MeasureSettings",
+    "Measurement",
+    "ModelInfo",
     "PerfSession",
     "SearchResult",
     "SweepSpec",
+    "TensorInfo",
+    "breakdown_figure",
     "find_max_load",
     "find_max_load_async",
     "measure",
     "measure_async",
     "open_session",
+    "read_json_data",
     "sweep",
     "sweep_async",
 ]

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.api import find_max_load
-from analyzer.errors import AnalyzerError
-from analyzer.load.options import LoadOptions
-from analyzer.measurement import Measurement
-from analyzer.profiler.settings import MeasureSettings
+from analyzer.api import (
+    AnalyzerError,
+    LoadOptions,
+    Measurement,
+    MeasureSettings,
+    find_max_load,
+)
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, config_precision
 from tuner.precision import PrecisionVariant

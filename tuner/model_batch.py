@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.registry import backend_name
+from serve.api import backend_name
 
 
 def accepted_batch_size(config: mc.ModelConfig, model_path: Path) -> int | None:

@@ -26,7 +26,7 @@ from common.serve_process import (
 )
 from protocol.client import BlockingClient
 from protocol.errors import ClientError
-from serve.config.model_config import config_to_json
+from serve.api import config_to_json
 from tuner.errors import TunerError
 
 LOAD_TIMEOUT_S = 300.0

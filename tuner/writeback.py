@@ -16,7 +16,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from common.atomic import copy_atomic
-from serve.config.model_config import CONFIG_FILENAME, write_config_file
+from serve.api import CONFIG_FILENAME, write_config
 
 BACKUP_SUFFIX = ".bak"
 
@@ -51,7 +51,7 @@ def write_back(
     if config_path.exists():
         backup = config_path.with_name(CONFIG_FILENAME + BACKUP_SUFFIX)
         copy_atomic(config_path, backup)
-    write_config_file(config_path, config)
+    write_config(config_path, config)
     return WriteBack(config_path, backup, placed)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tuner.gate.baseline_file import (
+from gate.baseline_file import (
     Baseline,
     BaselineError,
     GateSettings,
@@ -20,13 +20,13 @@ from tuner.gate.baseline_file import (
     read_baseline,
     write_baseline,
 )
-from tuner.gate.compare import P95, THROUGHPUT, Check, Tolerance, checks, parse_tolerance
-from tuner.gate.gating import GateOutcome
-from tuner.gate.judging import Verdict, judge_load
-from tuner.gate.junit import junit_xml
-from tuner.gate.machine import describe_machine, machine_differences
-from tuner.gate.markdown import gate_markdown
-from tuner.gate.statistic import describe_runs, median_of, summarize
+from gate.compare import P95, THROUGHPUT, Check, Tolerance, checks, parse_tolerance
+from gate.gating import GateOutcome
+from gate.judging import Verdict, judge_load
+from gate.junit import junit_xml
+from gate.machine import describe_machine, machine_differences
+from gate.markdown import gate_markdown
+from gate.statistic import describe_runs, median_of, summarize
 
 
 def point(throughput: float, p95_us: float, concurrency: int = 4) -> LoadPoint:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.onnxruntime import execution_providers
+from serve.api import execution_providers
 from tuner.precision.accuracy import (
     AccuracyCheck,
     Outputs,

@@ -9,21 +9,21 @@ from typing import NoReturn
 
 import click
 
-from analyzer.errors import AnalyzerError
-from tuner.gate.baseline_file import (
+from analyzer.api import AnalyzerError
+from gate.baseline_file import (
     DEFAULT_INTERVAL_MS,
     BaselineError,
     GateSettings,
     read_baseline,
     write_baseline,
 )
-from tuner.gate.compare import Tolerance, parse_tolerance
-from tuner.gate.gating import run_gate
-from tuner.gate.junit import write_junit
-from tuner.gate.markdown import write_markdown
-from tuner.gate.recording import record_baseline
-from tuner.gate.server import TargetError, models_on_disk, served, survey
-from tuner.gate.statistic import describe_runs
+from gate.compare import Tolerance, parse_tolerance
+from gate.gating import run_gate
+from gate.junit import write_junit
+from gate.markdown import write_markdown
+from gate.recording import record_baseline
+from gate.server import TargetError, models_on_disk, served, survey
+from gate.statistic import describe_runs
 
 EXIT_PASS = 0
 EXIT_REGRESSION = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.atomic import write_text_atomic
-from tuner.gate.gating import GateOutcome
+from gate.gating import GateOutcome
 
 
 def gate_markdown(outcome: GateOutcome, baseline_path: Path) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.gate.baseline_file import MEDIAN, LoadPoint
-from tuner.gate.statistic import describe_runs
+from gate.baseline_file import MEDIAN, LoadPoint
+from gate.statistic import describe_runs
 
 THROUGHPUT = "throughput"
 P95 = "p95"

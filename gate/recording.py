@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from tuner.gate.baseline_file import Baseline, GateSettings, ModelBaseline
-from tuner.gate.machine import describe_machine
-from tuner.gate.measuring import measure_point
-from tuner.gate.server import ServedModel
-from tuner.gate.statistic import describe_runs, summarize
+from gate.baseline_file import Baseline, GateSettings, ModelBaseline
+from gate.machine import describe_machine
+from gate.measuring import measure_point
+from gate.server import ServedModel
+from gate.statistic import describe_runs, summarize
 
 
 def record_baseline(

@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tuner.gate.baseline_file import MEDIAN, Baseline, GateSettings, LoadPoint
-from tuner.gate.compare import Check, Tolerance
-from tuner.gate.judging import Verdict, judge_load
-from tuner.gate.machine import describe_machine, machine_differences
-from tuner.gate.measuring import measure_point
-from tuner.gate.server import ServedModel
-from tuner.gate.statistic import describe_runs
+from gate.baseline_file import MEDIAN, Baseline, GateSettings, LoadPoint
+from gate.compare import Check, Tolerance
+from gate.judging import Verdict, judge_load
+from gate.machine import describe_machine, machine_differences
+from gate.measuring import measure_point
+from gate.server import ServedModel
+from gate.statistic import describe_runs
 
 # A re-measurement waits this long first, so that a short burst of other work on the machine
 # is over rather than measured again.

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from common.atomic import write_text_atomic
-from tuner.gate.gating import GateOutcome
+from gate.gating import GateOutcome
 
 SUITE = "autotune-perf-gate"
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tuner.gate.baseline_file import GateSettings, LoadPoint
-from tuner.gate.compare import Check, Tolerance, checks
-from tuner.gate.statistic import summarize
+from gate.baseline_file import GateSettings, LoadPoint
+from gate.compare import Check, Tolerance, checks
+from gate.statistic import summarize
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ from pathlib import Path
 import orjson
 
 from analyzer.aio import run as run_async
-from analyzer.client.http import HttpClient
 from analyzer.errors import AnalyzerError
 from common.serve_process import (
     ServeProcessError,
@@ -23,8 +22,9 @@ from common.serve_process import (
     start_serve_process,
     stop_serve_process,
 )
-from serve.errors import ServeError
-from serve.repository.discovery import model_directories
+from protocol.client.http import HttpClient
+from protocol.errors import ClientError
+from serve.api import ServeError, model_names
 
 STARTUP_TIMEOUT_S = 180.0
 
@@ -42,7 +42,7 @@ class ServedModel:
 
 def models_on_disk(repository: Path) -> list[str]:
     try:
-        return [d.name for d in model_directories(repository)]
+        return model_names(repository)
     except ServeError as exc:
         raise TargetError(str(exc)) from None
 
@@ -88,7 +88,7 @@ def survey(url: str, names: Sequence[str]) -> list[ServedModel]:
     TargetError when it is unreachable or a model is missing or not ready."""
     try:
         return run_async(_survey(url, names))
-    except AnalyzerError as exc:
+    except (AnalyzerError, ClientError) as exc:
         raise TargetError(str(exc)) from None
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from analyzer.api import measure
-from analyzer.errors import AnalyzerError
-from analyzer.load.base import LoadLevel
-from analyzer.load.options import LoadOptions
-from analyzer.measurement import Measurement
-from analyzer.profiler.settings import MeasureSettings
-from tuner.gate.baseline_file import GateSettings, LoadPoint
+from analyzer.api import (
+    AnalyzerError,
+    LoadLevel,
+    LoadOptions,
+    Measurement,
+    MeasureSettings,
+    measure,
+)
+from gate.baseline_file import GateSettings, LoadPoint
 
 
 def measure_point(url: str, model: str, concurrency: int, settings: GateSettings) -> LoadPoint:

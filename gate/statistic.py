@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from tuner.gate.baseline_file import MEDIAN, STATISTICS, LoadPoint
+from gate.baseline_file import MEDIAN, STATISTICS, LoadPoint
 
 __all__ = ["MEDIAN", "STATISTICS", "describe_runs", "median_of", "summarize"]
 

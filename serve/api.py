@@ -1,0 +1,103 @@
+"""What the other packages use of the server, in one module (the tuner and the gate import
+nothing else of serve but `serve.cli`, which the `autotune` command mounts).
+
+- `open_model_directory(path)`: a model folder as the server would load it: its config read,
+  auto-completed and validated, the versions its policy serves, its backend and model file.
+- `model_directories(repository)`, `model_names(repository)`: the model folders of a repository.
+- Configs: `read_config`, `write_config` (atomic), `config_to_text`, `config_to_json`,
+  `CONFIG_FILENAME`, `backend_name`.
+- `execution_providers(config, kind)`: the onnxruntime providers a config asks for.
+- `ServeError`: what all of these raise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serve.backends.registry import backend_name, get_backend
+from serve.config.model_config import (
+    CONFIG_FILENAME,
+    config_to_json,
+    config_to_text,
+    read_config_file,
+    write_config_file,
+)
+from serve.errors import ServeError
+from serve.repository.discovery import model_directories, prepare_config
+
+__all__ = [
+    "CONFIG_FILENAME",
+    "ModelDirectory",
+    "ServeError",
+    "backend_name",
+    "config_to_json",
+    "config_to_text",
+    "execution_providers",
+    "model_directories",
+    "model_names",
+    "open_model_directory",
+    "read_config",
+    "write_config",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDirectory:
+    """One model folder as the server sees it before loading it."""
+
+    path: Path
+    config: mc.ModelConfig  # read (or made), auto-completed and validated
+    versions: list[int]  # the versions the version policy serves, ascending (never empty)
+    source: str  # where the config came from (its path, or a note that it was auto-completed)
+    backend: str  # the backend's name: onnxruntime, python, pytorch
+    model_filename: str  # the model file's name inside a version folder
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def newest(self) -> int:
+        return self.versions[-1]
+
+    def model_file(self, version: int | None = None) -> Path:
+        """The model file of `version` (the newest served one by default); it may not exist."""
+        return self.path / str(self.newest if version is None else version) / self.model_filename
+
+
+def open_model_directory(path: Path) -> ModelDirectory:
+    """Read a model folder as the server does; ServeError when its config is invalid, its
+    backend unknown or unavailable, or no version folder matches its policy."""
+    config, versions, source = prepare_config(path)
+    name = backend_name(config)
+    backend = get_backend(name)
+    filename = config.default_model_filename or backend.default_model_filename
+    return ModelDirectory(path, config, versions, source, name, filename)
+
+
+def model_names(repository: Path) -> list[str]:
+    """The models of a repository (its folders), sorted; ServeError when it is no folder."""
+    return [d.name for d in model_directories(repository)]
+
+
+def read_config(path: Path) -> mc.ModelConfig:
+    """A config.pbtxt as written (not completed); ServeError when unreadable or invalid."""
+    return read_config_file(path)
+
+
+def write_config(path: Path, config: mc.ModelConfig) -> None:
+    """Write a config.pbtxt atomically, `max_batch_size` always present; re-writing its own
+    output is byte-stable."""
+    write_config_file(path, config)
+
+
+def execution_providers(config: mc.ModelConfig, kind: str) -> tuple[list[Any], list[str]]:
+    """The onnxruntime providers (with options) a session of `config` gets on an instance of
+    `kind` (KIND_CPU, KIND_GPU), and warnings for what could not be honoured."""
+    from serve.backends import onnxruntime  # onnxruntime is loaded only when asked for
+
+    return onnxruntime.execution_providers(config, kind)
