@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -14,8 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from analyzer.aio import run as run_async
-from analyzer.errors import AnalyzerError
+from analyzer.api import AnalyzerError
 from common.serve_process import (
     ServeProcessError,
     log_tail,
@@ -87,8 +87,8 @@ def survey(url: str, names: Sequence[str]) -> list[ServedModel]:
     """The models `names` (every ready model when empty) as the server at `url` serves them;
     TargetError when it is unreachable or a model is missing or not ready."""
     try:
-        return run_async(_survey(url, names))
-    except (AnalyzerError, ClientError) as exc:
+        return asyncio.run(_survey(url, names))
+    except ClientError as exc:
         raise TargetError(str(exc)) from None
 
 

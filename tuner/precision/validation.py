@@ -17,12 +17,9 @@ from typing import Literal
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import AnalyzerError
-from analyzer.input_files import read_json_data
-from analyzer.inputs import RANDOM_INT_HIGH
-from analyzer.load.options import ModelInfo, TensorInfo
+from analyzer.api import RANDOM_INT_HIGH, AnalyzerError, ModelInfo, TensorInfo, read_json_data
 from protocol.datatypes import config_to_wire, numpy_dtype
-from serve.config.model_config import config_to_json
+from serve.api import config_to_json
 from tuner.precision.errors import PrecisionError
 
 Feed = dict[str, np.ndarray]
