@@ -241,10 +241,11 @@ def test_a_failing_model_is_one_line_and_the_others_are_still_tuned(
     # broken: its model refuses to initialize, so no configuration of it can be loaded
     broken = repository / "broken" / "config.pbtxt"
     broken.write_text(broken.read_text().replace('string_value: "0"', 'string_value: "oops"'))
-    # stale: a study of the default name, made for another objective, waits in its folder
+    # stale: a study of the name it will be given, made for another objective, waits in its
+    # folder (default names carry a digest of the model and config: the run names them here)
     (tmp_path / "reports" / "stale").mkdir(parents=True)
     stale = optuna.create_study(
-        study_name="stale-p95-20000us-optuna",
+        study_name="run-stale",
         storage=f"sqlite:///{tmp_path / 'reports' / 'stale' / 'study.db'}",
         direction="maximize",
     )
@@ -259,6 +260,8 @@ def test_a_failing_model_is_one_line_and_the_others_are_still_tuned(
         "2",
         "--precision",
         "fp32",
+        "--study-name",
+        "run",
         *FAST,
     )
     assert result.returncode == 1, result.stdout + result.stderr
@@ -267,7 +270,7 @@ def test_a_failing_model_is_one_line_and_the_others_are_still_tuned(
     assert len(errors) == 2, result.stderr
     assert errors[0].startswith("error: 'broken' could not be tuned: no configuration could be")
     assert "EXECUTE_DELAY_MS must be a number" in errors[0]
-    assert errors[1].startswith("error: 'stale' could not be tuned: study 'stale-p95-20000us")
+    assert errors[1].startswith("error: 'stale' could not be tuned: study 'run-stale'")
     assert "another objective" in errors[1]
     summary = json.loads((tmp_path / "reports" / "simple" / "summary.json").read_text())
     assert summary["best"]["feasible"] is True, "simple was tuned after broken failed"
