@@ -52,23 +52,8 @@ def deserialize_bytes_tensor(
 
 
 def parse_bytes_tensor(buf: bytes, start: int, size: int, count: int, label: str) -> np.ndarray:
-    """The `count` BYTES elements in `buf[start:start + size]` as a 1-D object array."""
-    items = _split(buf, start, size, count, label)
-    if len(items) != count:
-        raise ProtocolError(
-            f"{label}: BYTES data holds {len(items)} elements but its shape needs {count}"
-        )
-    array = np.empty(count, dtype=np.object_)
-    array[:] = items
-    return array
-
-
-def split_bytes_elements(buf: bytes, label: str) -> list[bytes]:
-    """Every length-prefixed element of `buf`, however many."""
-    return _split(buf, 0, len(buf), -1, label)
-
-
-def _split(buf: bytes, start: int, size: int, count: int, label: str) -> list[bytes]:
+    """The `count` BYTES elements in `buf[start:start + size]` as a 1-D object array; a
+    negative `count` takes however many there are."""
     end = start + size
     items: list[bytes] = []
     unpack = _U32.unpack_from
@@ -88,7 +73,21 @@ def _split(buf: bytes, start: int, size: int, count: int, label: str) -> list[by
             )
         items.append(buf[pos : pos + length])
         pos += length
-    return items
+    if len(items) != count:
+        if count >= 0:
+            raise ProtocolError(
+                f"{label}: BYTES data holds {len(items)} elements but its shape needs {count}"
+            )
+        count = len(items)
+    array = np.empty(count, dtype=np.object_)
+    array[:] = items
+    return array
+
+
+def split_bytes_elements(buf: bytes, label: str) -> list[bytes]:
+    """Every length-prefixed element of `buf`, however many."""
+    elements: list[bytes] = parse_bytes_tensor(buf, 0, len(buf), -1, label).tolist()
+    return elements
 
 
 def _to_bytes(item: Any) -> bytes:
