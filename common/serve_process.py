@@ -1,5 +1,5 @@
-"""A private `autotune serve` process on a free loopback port, as the tuner and the gate run
-it: started, its address read from its log, stopped; it dies with its parent."""
+"""A private `autotune serve` process on a free loopback port, as the tuner, the gate and the
+tests run it: started, its address read from its log, stopped; it dies with its parent."""
 
 from __future__ import annotations
 
@@ -67,12 +67,16 @@ def start_serve_process(
     raise ServeProcessError(f"the server on {repository} did not start:\n{log_tail(log_path)}")
 
 
-def stop_serve_process(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    """SIGTERM (the server drains), then SIGKILL if it does not exit in time."""
+def stop_serve_process(
+    process: subprocess.Popen[bytes], timeout_s: float = 30.0, sig: int = signal.SIGTERM
+) -> int:
+    """SIGTERM, or `sig` (the server drains), then SIGKILL if it does not exit in time.
+    Returns its exit code (`-signal.SIGKILL` when it had to be killed)."""
     if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(sig)
         try:
             process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+    return process.returncode

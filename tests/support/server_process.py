@@ -1,19 +1,17 @@
-"""Start and stop a real `autotune serve` process on a free loopback port."""
+"""Start and stop a real `autotune serve` process on a free loopback port: the launcher the
+tuner and the gate use (common.serve_process), plus a wait until the server reports ready."""
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-_STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
+from common.serve_process import start_serve_process, stop_serve_process
 
 
 @dataclass
@@ -39,35 +37,18 @@ class RunningServer:
 def start_server(
     repository: Path, log_path: Path, *extra: str, timeout: float = 120.0
 ) -> RunningServer:
-    """Run `python -m serve` with --http-port 0 and wait until it serves and reports ready."""
-    log_file = log_path.open("wb")
-    command = [
-        sys.executable,
-        "-m",
-        "serve",
-        "--model-repository",
-        str(repository),
-        "--http-port",
-        "0",
-        "--host",
-        "127.0.0.1",
-        *extra,
-    ]
-    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=os.environ)
-    log_file.close()
+    """Run `python -m serve` with --http-port 0 and wait until it serves and reports ready;
+    RuntimeError (with the log's tail) when it does not."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        match = _STARTED.search(log_path.read_text(errors="replace"))
-        if match:
-            server = RunningServer(process, match.group(1), int(match.group(2)), log_path)
-            _wait_ready(server, deadline)
-            return server
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
-        time.sleep(0.05)
-    process.kill()
-    process.wait()
-    raise RuntimeError(f"server did not start within {timeout} s:\n{log_path.read_text()}")
+    process, address = start_serve_process(repository, log_path, extra, timeout)
+    host, _, port = address.rpartition(":")
+    server = RunningServer(process, host, int(port), log_path)
+    try:
+        _wait_ready(server, deadline)
+    except BaseException:
+        stop_serve_process(process)
+        raise
+    return server
 
 
 def _wait_ready(server: RunningServer, deadline: float) -> None:
@@ -82,13 +63,9 @@ def _wait_ready(server: RunningServer, deadline: float) -> None:
 
 
 def stop_server(server: RunningServer, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-    """Signal the server and wait for it to exit; kill it if it hangs. Returns the exit code."""
-    if server.process.poll() is None:
-        server.process.send_signal(sig)
-        try:
-            server.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
-            raise
-    return server.process.returncode
+    """Signal the server and wait for it to exit; a server that hangs is killed and fails the
+    caller (RuntimeError). Returns the exit code."""
+    code = stop_serve_process(server.process, timeout, sig)
+    if code == -signal.SIGKILL:
+        raise RuntimeError(f"the server did not exit within {timeout} s of signal {sig}; killed")
+    return code
