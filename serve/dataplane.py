@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 import serve
 from protocol.datatypes import config_to_wire
+from protocol.metadata import ModelMetadata, TensorMetadata
 from serve.backends.registry import backend_name
 from serve.config.model_config import config_from_json, config_to_json
 from serve.errors import ServeError
@@ -34,13 +35,13 @@ EXTENSIONS = [
 ]
 
 
-def _tensor_metadata(tensor: mc.ModelInput | mc.ModelOutput, batched: bool) -> dict[str, Any]:
+def _tensor_metadata(tensor: mc.ModelInput | mc.ModelOutput, batched: bool) -> TensorMetadata:
     dims = list(tensor.dims)
-    return {
-        "name": tensor.name,
-        "datatype": config_to_wire(mc.DataType.Name(tensor.data_type)),
-        "shape": [-1, *dims] if batched else dims,
-    }
+    return TensorMetadata(
+        tensor.name,
+        config_to_wire(mc.DataType.Name(tensor.data_type)),
+        [-1, *dims] if batched else dims,
+    )
 
 
 class DataPlane:
@@ -71,13 +72,13 @@ class DataPlane:
         config = model.config
         batched = config.max_batch_size > 0
         versions = [version] if version else [str(v) for v in self.repository.ready_versions(name)]
-        return {
-            "name": name,
-            "versions": versions,
-            "platform": config.platform or backend_name(config),
-            "inputs": [_tensor_metadata(t, batched) for t in config.input],
-            "outputs": [_tensor_metadata(t, batched) for t in config.output],
-        }
+        return ModelMetadata(
+            name=name,
+            versions=versions,
+            platform=config.platform or backend_name(config),
+            inputs=[_tensor_metadata(t, batched) for t in config.input],
+            outputs=[_tensor_metadata(t, batched) for t in config.output],
+        ).to_json()
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return config_to_json(self.repository.get(name, version).config)
