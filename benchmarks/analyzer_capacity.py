@@ -45,6 +45,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from common.serve_process import ServeProcessError, start_serve_process, stop_serve_process
+
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "model_repository"
 INSTALL_SCRIPT = ROOT / "scripts" / "install_perf_analyzer.sh"
@@ -118,24 +120,10 @@ class TreeCpu:
 
 class Server:
     def __init__(self, scratch: Path) -> None:
-        log = scratch / "server.log"
-        command = [sys.executable, "-m", "serve", "--model-repository", str(REPOSITORY)]
-        with log.open("wb") as handle:
-            self.process = subprocess.Popen(
-                [*command, "--http-port", "0", "--host", "127.0.0.1"],
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 180
-        while True:
-            match = re.search(r"Started HTTPService at ([0-9.]+):(\d+)", log.read_text())
-            if match:
-                break
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.process.kill()
-                raise SystemExit(f"the server did not start:\n{log.read_text()}")
-            time.sleep(0.1)
-        self.url = f"{match.group(1)}:{match.group(2)}"
+        try:
+            self.process, self.url = start_serve_process(REPOSITORY, scratch / "server.log")
+        except ServeProcessError as exc:
+            raise SystemExit(str(exc)) from None
         self.http = httpx.Client(base_url=f"http://{self.url}", timeout=10)
         self.cpu = TreeCpu(self.process.pid)
 
@@ -145,8 +133,7 @@ class Server:
 
     def stop(self) -> None:
         self.http.close()
-        self.process.terminate()
-        self.process.wait(30)
+        stop_serve_process(self.process)
 
 
 def perf_analyzer() -> Path:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from analyzer.aio import run
 from analyzer.load.base import LoadLevel
 from analyzer.load.factory import connect
 from analyzer.load.options import LoadOptions
+from common.serve_process import ServeProcessError, start_serve_process, stop_serve_process
 from protocol.client.http import HttpClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,20 +31,10 @@ PERF_ANALYZER = ROOT / ".cache" / "perf_analyzer" / "bin" / "perf_analyzer"
 
 
 def start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    command = [sys.executable, "-m", "serve", "--model-repository", str(ROOT / "model_repository")]
-    process = subprocess.Popen(
-        [*command, "--http-port", "0"], stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        match = re.search(r"Started HTTPService at ([0-9.]+):(\d+)", log.read_text())
-        if match:
-            return process, f"{match.group(1)}:{match.group(2)}"
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    process.kill()
-    raise SystemExit(f"the server did not start:\n{log.read_text()}")
+    try:
+        return start_serve_process(ROOT / "model_repository", log, timeout_s=120)
+    except ServeProcessError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 async def served(url: str) -> int:
@@ -119,8 +108,7 @@ def main() -> None:
             else:
                 print("perf_analyzer: not installed (scripts/install_perf_analyzer.sh)")
         finally:
-            server.terminate()
-            server.wait(30)
+            stop_serve_process(server)
 
 
 if __name__ == "__main__":

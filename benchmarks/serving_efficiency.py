@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from analyzer.api import measure
 from analyzer.load.base import LoadLevel
 from analyzer.load.options import LoadOptions
 from analyzer.profiler.settings import MeasureSettings
+from common.serve_process import start_serve_process, stop_serve_process
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "model_repository"
@@ -67,21 +67,8 @@ def in_process_throughput(model: str, seconds: float) -> tuple[float, int]:
 
 
 def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "serve", "--model-repository", str(repository), "--http-port", "0"],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        match = re.search(r"Started HTTPService at ([0-9.]+):(\d+)", log.read_text())
-        if match:
-            return process, f"http://{match.group(1)}:{match.group(2)}"
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"server did not start:\n{log.read_text()}")
+    process, address = start_serve_process(repository, log, timeout_s=120)
+    return process, f"http://{address}"
 
 
 def served_throughput(url: str, model: str, seconds: float) -> float:
@@ -128,8 +115,7 @@ def main() -> None:
                 used = (after.user + after.system) - (before.user + before.system)
                 server_cpu[model] = used / elapsed
         finally:
-            process.terminate()
-            process.wait(timeout=60)
+            stop_serve_process(process, timeout_s=60)
     print()
     print(
         f"{'model':<10} {'in-process (best batch)':>26} {'served over HTTP':>18} {'ratio':>7}"
