@@ -25,10 +25,7 @@ import psutil
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.api import measure
-from analyzer.load.base import LoadLevel
-from analyzer.load.options import LoadOptions
-from analyzer.profiler.settings import MeasureSettings
+from analyzer.api import LoadLevel, LoadOptions, MeasureSettings, measure
 from common.serve_process import start_serve_process, stop_serve_process
 
 ROOT = Path(__file__).resolve().parents[1]
