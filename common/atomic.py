@@ -19,8 +19,8 @@ _CHUNK = 1 << 20
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Write `data` as `path`. `mode`, when given, sets the file's permissions (the temporary
-    file is created 0600)."""
+    """Write `data` as `path`. The file keeps the permissions of the one it replaces (a new
+    one gets what `open` would give it under the process's umask); `mode` sets them instead."""
     _replace(path, lambda out: out.write(data), mode)
 
 
@@ -65,10 +65,28 @@ def _replace(path: Path, fill: Callable[[BinaryIO], object], mode: int | None) -
             fill(out)
             out.flush()
             os.fsync(out.fileno())
-        if mode is not None:
-            os.chmod(tmp_name, mode)
+        os.chmod(tmp_name, mode if mode is not None else _mode_for(path))
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions `path` has now, or those a new file gets (mkstemp's are always 0600)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    # Read, not set-and-restore: os.umask() changes it for every thread in between.
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022

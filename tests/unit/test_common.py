@@ -25,12 +25,23 @@ def test_write_text_atomic_replaces_and_creates_folders(tmp_path: Path) -> None:
     assert _names(target.parent) == ["file.txt"]
 
 
-def test_mode_is_applied_only_when_asked(tmp_path: Path) -> None:
-    private, shared = tmp_path / "private.bin", tmp_path / "shared.bin"
-    write_bytes_atomic(private, b"x")
-    write_bytes_atomic(shared, b"x", mode=0o644)
-    assert stat.S_IMODE(private.stat().st_mode) == 0o600  # mkstemp's, as before
-    assert stat.S_IMODE(shared.stat().st_mode) == 0o644
+def test_a_replaced_file_keeps_its_permissions_and_a_new_one_follows_the_umask(
+    tmp_path: Path,
+) -> None:
+    # A user's config.pbtxt rewritten by the tuner must not turn private (mkstemp makes 0600).
+    existing, new, explicit = tmp_path / "config.pbtxt", tmp_path / "new.bin", tmp_path / "x.bin"
+    existing.write_text("old")
+    existing.chmod(0o664)
+    write_text_atomic(existing, "new")
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o664
+    old_umask = os.umask(0o027)
+    try:
+        write_bytes_atomic(new, b"x")
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o640
+    write_bytes_atomic(explicit, b"x", mode=0o600)
+    assert stat.S_IMODE(explicit.stat().st_mode) == 0o600
 
 
 def test_copy_atomic_copies_and_a_failure_keeps_the_old_file(tmp_path: Path) -> None:
