@@ -13,6 +13,7 @@ from analyzer.api import (
     LoadOptions,
     Measurement,
     MeasureSettings,
+    SearchResult,
     find_max_load,
 )
 from tuner.budget import LatencyBudget
@@ -96,27 +97,44 @@ class TrialEvaluator:
             )
         except AnalyzerError as exc:
             return TrialOutcome.failed(f"measurement failed: {exc}")
-        measured = [m for m in result.measurements if m.stable]
-        if result.best is None:
-            first = measured[0] if measured else None
-            self.last_measurement = first
-            if first is None:
-                return TrialOutcome.failed(f"no stable measurement: {result.reason}")
-            return TrialOutcome(
-                "pruned",
-                throughput=first.throughput,
-                latency_us=first.percentile_us(budget.percentile),
-                metrics=_metrics(first),
-                message=f"over budget at concurrency 1: {result.reason}",
-            )
+        outcome, self.last_measurement = trial_outcome(result, budget)
+        return outcome
+
+
+def trial_outcome(
+    result: SearchResult, budget: LatencyBudget
+) -> tuple[TrialOutcome, Measurement | None]:
+    """What a load search says of a candidate, and the measurement it is judged by."""
+    if result.best is not None:
         best = _operating_point(result.measurements, budget, result.best)
-        self.last_measurement = best
-        return TrialOutcome(
+        outcome = TrialOutcome(
             "ok",
             throughput=best.throughput,
             latency_us=best.percentile_us(budget.percentile),
             metrics=_metrics(best),
         )
+        return outcome, best
+    # A lowest level that never settled but was over budget all the same is over budget: a
+    # steadier measurement would not bring a slow config within it (a long queue delay at
+    # concurrency 1 gives few requests per window, so its latency rarely settles).
+    first = next(
+        (
+            m
+            for m in result.measurements
+            if m.stable or m.percentile_us(budget.percentile) > budget.limit_us
+        ),
+        None,
+    )
+    if first is None:
+        return TrialOutcome.failed(f"no stable measurement: {result.reason}"), None
+    outcome = TrialOutcome(
+        "pruned",
+        throughput=first.throughput,
+        latency_us=first.percentile_us(budget.percentile),
+        metrics=_metrics(first),
+        message=f"over budget at concurrency 1: {result.reason}",
+    )
+    return outcome, first
 
 
 # Past saturation more concurrency adds only queueing: of the loads within the budget, the

@@ -1,0 +1,60 @@
+"""How a load search's result becomes a trial's outcome."""
+
+from __future__ import annotations
+
+from analyzer.api import Measurement, SearchResult
+from tuner.budget import LatencyBudget
+from tuner.duration import Duration
+from tuner.evaluate import trial_outcome
+
+BUDGET = LatencyBudget(95, Duration.from_ms(20))
+
+
+def _measurement(concurrency: int, p95_ms: float, stable: bool, throughput: float) -> Measurement:
+    p95_us = p95_ms * 1000
+    return Measurement(
+        model="m",
+        concurrency=concurrency,
+        request_rate=0.0,
+        batch_size=1,
+        throughput=throughput,
+        request_throughput=throughput,
+        request_count=10,
+        error_count=0,
+        errors={},
+        latency_avg_us=p95_us,
+        latency_p50_us=p95_us,
+        latency_p90_us=p95_us,
+        latency_p95_us=p95_us,
+        latency_p99_us=p95_us,
+        stable=stable,
+    )
+
+
+def test_an_unsettled_lowest_level_far_over_budget_is_over_budget_not_a_failure() -> None:
+    # A config with a 40 ms queue delay at concurrency 1: few requests a window, never stable.
+    slow = _measurement(1, p95_ms=45.0, stable=False, throughput=24.0)
+    result = SearchResult(best=None, max_level=None, measurements=[slow], reason="unstable")
+    outcome, judged_by = trial_outcome(result, BUDGET)
+    assert outcome.status == "pruned"
+    assert outcome.latency_us == 45_000.0
+    assert judged_by is slow
+
+
+def test_an_unsettled_level_within_budget_is_still_no_measurement() -> None:
+    noisy = _measurement(1, p95_ms=5.0, stable=False, throughput=900.0)
+    result = SearchResult(best=None, max_level=None, measurements=[noisy], reason="unstable")
+    outcome, judged_by = trial_outcome(result, BUDGET)
+    assert outcome.status == "failed"
+    assert "no stable measurement" in (outcome.message or "")
+    assert judged_by is None
+
+
+def test_a_passing_search_is_judged_at_its_operating_point() -> None:
+    low = _measurement(1, p95_ms=2.0, stable=True, throughput=500.0)
+    high = _measurement(4, p95_ms=8.0, stable=True, throughput=1_000.0)
+    result = SearchResult(best=high, max_level=4, measurements=[low, high], reason="done")
+    outcome, judged_by = trial_outcome(result, BUDGET)
+    assert outcome.status == "ok"
+    assert outcome.throughput == 1_000.0
+    assert judged_by is high
