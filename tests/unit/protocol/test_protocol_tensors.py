@@ -30,7 +30,7 @@ from protocol.tensors import (
     tensor_bytes,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OURS = ("serve", "analyzer", "tuner", "gate", "common", "tests")
 
 

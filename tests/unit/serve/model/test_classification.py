@@ -30,7 +30,7 @@ from serve.model.classification import (
 from serve.model.tensors import TensorChecker
 from tests.conftest import BUNDLED_REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 DIGITS = BUNDLED_REPOSITORY / "digits"
 
 

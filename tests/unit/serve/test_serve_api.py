@@ -22,7 +22,7 @@ from serve.api import (
     write_config,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SIMPLE = ROOT / "model_repository" / "simple"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from analyzer.profiler.overhead import CpuMeter, busy_pct
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_importing_the_analyzer_cli_loads_no_serve_module() -> None:

@@ -26,7 +26,7 @@ from tuner.search_study import WORKER, fail_stale_trials, open_storage, sqlite_u
 from tuner.search_types import ProgressEvent, SearchError, SearchSettings, TrialOutcome
 from tuner.space import Platform, SearchSpace, SpaceOptions, build_space, grid
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BUDGET = LatencyBudget(95, Duration(2_000))
 SPEED = {"fp32": 1.0, "fp16": 0.9, "int8": 2.5}
 
@@ -408,7 +408,7 @@ def _dead_pid() -> int:
 
 _WORKER_SCRIPT = """
 import sys, time
-from tests.unit import test_tuner_search as t
+from tests.unit.tuner import test_tuner_search as t
 from tuner.search import run_search
 mode, storage, n_trials, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 space = t.tiny_space() if mode == "grid" else t.small_space()
