@@ -8,7 +8,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +16,7 @@ import uvicorn
 
 from serve.dataplane import DataPlane
 from serve.http.app import build_http_app
+from serve.http.infer_route import InferRoute
 from serve.repository.manager import ControlMode, ModelRepository
 
 log = logging.getLogger("serve")
@@ -103,6 +104,24 @@ async def run_server(options: ServerOptions) -> None:
         await repository.close()
         sock.close()
         log.info("server stopped")
+
+
+@contextlib.asynccontextmanager
+async def open_http_app(options: ServerOptions) -> AsyncIterator[InferRoute]:
+    """The ASGI application over the repository, loaded as `run_server` loads it, without a
+    socket (to run the routes in-process: an ASGI host, or httpx.ASGITransport); on exit it
+    stops accepting inference and unloads every model. `host`, `http_port` and `log_verbose`
+    are not used. The app needs no lifespan events."""
+    repository = ModelRepository(
+        options.model_repository, options.control_mode, options.poll_seconds
+    )
+    dataplane = DataPlane(repository)
+    try:
+        await repository.start(options.load_models)
+        yield build_http_app(dataplane)
+    finally:
+        dataplane.accepting = False
+        await repository.close()
 
 
 def configure_logging(verbose: int) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.support.server_process import RunningServer
 
@@ -151,3 +152,13 @@ def test_repository_index_lists_models(client: httpclient.InferenceServerClient)
     index = client.get_model_repository_index()
     states = {entry["name"]: entry.get("state") for entry in index}
     assert states == {n: "READY" for n in ("add_sub_py", "digits", "resnet18", "simple")}
+
+
+def test_tritonclient_sees_clear_errors(server: RunningServer) -> None:
+    client = httpclient.InferenceServerClient(server.url)
+    tensor = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+    tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+    with pytest.raises(InferenceServerException, match="INPUT1"):
+        client.infer("simple", [tensor])
+    with pytest.raises(InferenceServerException, match="unknown model"):
+        client.get_model_metadata("nope")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -76,15 +75,3 @@ def test_bad_override_keeps_previous_version_serving(explicit_server) -> None:
         client.load_model("simple", config=json.dumps(config))
     assert client.is_model_ready("simple")
     assert client.get_model_config("simple")["dynamic_batching"]["preferred_batch_size"] == []
-
-
-def test_load_unknown_model_is_an_error(explicit_server) -> None:
-    response = httpx.post(f"{explicit_server.base}/v2/repository/models/nope/load")
-    assert response.status_code == 404
-    assert "nope" in response.json()["error"]
-
-
-def test_none_mode_refuses_repository_changes(server) -> None:
-    response = httpx.post(f"{server.base}/v2/repository/models/simple/unload")
-    assert response.status_code == 400
-    assert "explicit" in response.json()["error"]

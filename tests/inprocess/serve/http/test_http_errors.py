@@ -1,17 +1,15 @@
-"""Bad input gets a clear 4xx naming what is wrong, and the server keeps serving."""
+"""Bad input gets a clear 4xx naming what is wrong, and the server keeps serving. (What
+tritonclient makes of these errors: tests/integration/serve/http/test_http_models.py.)"""
 
 from __future__ import annotations
 
 import struct
 
 import httpx
-import numpy as np
 import orjson
 import pytest
-import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
-from tests.support.server_process import RunningServer
+pytestmark = pytest.mark.anyio
 
 ONES = [1] * 16
 
@@ -25,12 +23,14 @@ GOOD = {
 }
 
 
-def _post(server: RunningServer, path: str, body: bytes, headers: dict[str, str] | None = None):
-    return httpx.post(f"{server.base}{path}", content=body, headers=headers or {}, timeout=30)
+async def _post(
+    client: httpx.AsyncClient, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    return await client.post(path, content=body, headers=headers or {})
 
 
-def _assert_still_serving(server: RunningServer) -> None:
-    response = _post(server, "/v2/models/simple/infer", orjson.dumps(GOOD))
+async def _assert_still_serving(client: httpx.AsyncClient) -> None:
+    response = await _post(client, "/v2/models/simple/infer", orjson.dumps(GOOD))
     assert response.status_code == 200, response.text
     assert response.json()["outputs"][0]["data"] == [2] * 16
 
@@ -153,7 +153,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_request_is_rejected_and_server_keeps_serving(server: RunningServer, case: str) -> None:
+async def test_bad_request_is_rejected_and_server_keeps_serving(
+    asgi_client: httpx.AsyncClient, case: str
+) -> None:
     path, body, headers, status, mentions = CASES[case]
     if case == "bytes lengths do not match":
         headers = {"Inference-Header-Content-Length": str(len(body))}
@@ -161,24 +163,14 @@ def test_bad_request_is_rejected_and_server_keeps_serving(server: RunningServer,
     if case == "binary data shorter than declared":
         json_part = body[: body.index(b"\x00")]
         headers = {"Inference-Header-Content-Length": str(len(json_part))}
-    response = _post(server, path, body, headers)
+    response = await _post(asgi_client, path, body, headers)
     assert response.status_code == status, response.text
     message = response.json()["error"]
     assert mentions in message
-    _assert_still_serving(server)
+    await _assert_still_serving(asgi_client)
 
 
-def test_unknown_model_metadata_is_404(server: RunningServer) -> None:
-    assert httpx.get(f"{server.base}/v2/models/nope").status_code == 404
-    assert httpx.get(f"{server.base}/v2/models/simple/versions/9").status_code == 404
-    assert httpx.get(f"{server.base}/v2/models/nope/ready").status_code == 400
-
-
-def test_tritonclient_sees_clear_errors(server: RunningServer) -> None:
-    client = httpclient.InferenceServerClient(server.url)
-    tensor = httpclient.InferInput("INPUT0", [1, 16], "INT32")
-    tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
-    with pytest.raises(InferenceServerException, match="INPUT1"):
-        client.infer("simple", [tensor])
-    with pytest.raises(InferenceServerException, match="unknown model"):
-        client.get_model_metadata("nope")
+async def test_unknown_model_metadata_is_404(asgi_client: httpx.AsyncClient) -> None:
+    assert (await asgi_client.get("/v2/models/nope")).status_code == 404
+    assert (await asgi_client.get("/v2/models/simple/versions/9")).status_code == 404
+    assert (await asgi_client.get("/v2/models/nope/ready")).status_code == 400
