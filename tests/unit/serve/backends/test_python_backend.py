@@ -145,23 +145,6 @@ def add_sub(tmp_path: Path) -> Iterator[PythonModelInstance]:
     instance.unload()
 
 
-def test_batch_of_three_requests_with_different_row_counts(
-    add_sub: PythonModelInstance,
-) -> None:
-    requests = [add_sub_request(1), add_sub_request(2, start=10), add_sub_request(3, start=-1)]
-    times = BatchTimes()
-    results = add_sub.execute(requests, times)
-    assert len(results) == 3
-    for request, result in zip(requests, results, strict=True):
-        assert isinstance(result, dict)
-        a, b = request.inputs["INPUT0"], request.inputs["INPUT1"]
-        np.testing.assert_array_equal(result["OUTPUT0"], a + b)
-        np.testing.assert_array_equal(result["OUTPUT1"], a - b)
-        assert result["OUTPUT0"].dtype == np.float32
-    assert times.compute_infer_ns > 0
-    assert times.compute_input_ns > 0
-
-
 def test_initialize_gets_triton_args(tmp_path: Path, add_sub: PythonModelInstance) -> None:
     (args_file,) = (tmp_path / "add_sub_py").glob("args_add_sub_py_0_*.json")
     args = json.loads(args_file.read_text())
@@ -503,18 +486,14 @@ def test_two_instances_run_in_parallel(tmp_path: Path) -> None:
 
 
 def test_unload_finalizes_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    # The stub process ending and a second unload are checked in test_backend_contract.py.
     instance = make_instance(tmp_path, ADD_SUB_MODEL)
     instance.load()
-    pid = instance.pid
-    assert pid is not None
     assert our_segments() != []
     instance.execute([add_sub_request(2)], BatchTimes())
     instance.unload()
     assert (tmp_path / "add_sub_py" / "finalized_add_sub_py_0").read_text() == "yes"
-    assert pid not in our_children()
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).ppid() != os.getpid()
     assert our_segments() == []
-    instance.unload()  # idempotent
     (result,) = instance.execute([add_sub_request(1)], BatchTimes())
     assert isinstance(result, ServeError)
     assert result.kind is ErrorKind.UNAVAILABLE

@@ -11,7 +11,6 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.backends.base import BatchTimes, InstanceContext
-from serve.backends.registry import get_backend
 from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest
 
@@ -115,14 +114,6 @@ def rows(count: int, seed: int) -> np.ndarray:
 def ok(result: dict[str, np.ndarray] | ServeError) -> dict[str, np.ndarray]:
     assert not isinstance(result, ServeError), result
     return result
-
-
-def test_backend_metadata_and_registry() -> None:
-    backend = get_backend("pytorch")
-    assert isinstance(backend, PyTorchBackend)
-    assert backend.name == "pytorch"
-    assert backend.default_model_filename == "model.pt"
-    assert backend.platforms == ("pytorch_libtorch",)
 
 
 @pytest.mark.parametrize("row_counts", [[2], [1, 3, 2]])
