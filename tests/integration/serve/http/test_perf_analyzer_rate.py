@@ -9,6 +9,7 @@ parse the request JSON buffer: The document is empty" while the server never saw
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -90,7 +91,11 @@ def test_async_rate_reuses_connections_after_an_idle_gap(
     )
     (experiment,) = json.loads(export.read_text())["experiments"]
     requests = experiment["requests"]
-    assert len(requests) >= 2 * BURST, output  # both bursts were measured
+    # Requests on both sides of the idle gap were measured (how many of each depends on where
+    # perf_analyzer's windows fell on a busy machine), so the second burst reused the pool.
+    sent = sorted(r["timestamp"] for r in requests)
+    widest_gap_ns = max(later - earlier for earlier, later in itertools.pairwise(sent))
+    assert widest_gap_ns >= IDLE_GAP_US * 1_000 * 0.8, output
     assert all(r["response_timestamps"] for r in requests), output
     # Every request perf_analyzer recorded was answered by the server, and none failed there.
     assert after["success"]["count"] - before["success"]["count"] >= len(requests), output
