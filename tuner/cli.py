@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -35,6 +36,7 @@ from tuner.run import (
     model_names,
     tune_model,
 )
+from tuner.search_types import ProgressEvent
 
 
 def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -205,12 +207,25 @@ def main(
     sys.exit(run_tuning(options))
 
 
+class _StopRequest:
+    """Set by SIGTERM. The interrupt it raises can still be lost (a cancelled task that ends
+    normally does not re-raise it), so the run also checks this between trials."""
+
+    requested = False
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.requested:
+            raise KeyboardInterrupt
+
+
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     """Unwind like Ctrl-C: the search marks the running trial, the tuning server is stopped.
 
     Through SIGINT's handler: while the analyzer's event loop runs, that handler cancels the
     loop's task and KeyboardInterrupt follows once it has unwound; raised here instead, it
     could land in one of the loop's callbacks, which would swallow it."""
+    _StopRequest.requested = True
     if callable(signal.getsignal(signal.SIGINT)):
         signal.raise_signal(signal.SIGINT)
     else:  # SIGINT ignored (started in the background): interrupt here
@@ -241,6 +256,7 @@ def run_tuning(options: TuneOptions) -> int:
                 share = Duration.from_s(max(left, 0.0) / (len(names) - index))
             try:
                 code = _tune_one(options, name, share, console)
+                _StopRequest.check()
             except KeyboardInterrupt:
                 console.warning("interrupted: the study is kept and resumes next run")
                 return EXIT_INTERRUPTED
@@ -253,7 +269,7 @@ def _tune_one(options: TuneOptions, name: str, share: Duration | None, console: 
     try:
         if share is not None and share.us <= 0:
             raise TunerError("the time budget was spent before its turn")
-        summary = tune_model(options, name, share, Hooks(console.note, console.update))
+        summary = tune_model(options, name, share, Hooks(console.note, _stoppable(console)))
     except Exception as exc:
         message, code = failure(exc, options.report_dir / name)
         console.error(f"'{name}' could not be tuned: {message}")
@@ -265,6 +281,17 @@ def _tune_one(options: TuneOptions, name: str, share: Duration | None, console: 
         console.error(f"the HTML report could not be written: {one_line(exc)}")
         return worst(summary.exit_code, EXIT_NOT_TUNED)
     return summary.exit_code
+
+
+def _stoppable(console: TuneConsole) -> Callable[[str, ProgressEvent], None]:
+    """The console's progress hook, which also ends the run between trials once a stop was
+    asked for."""
+
+    def progress(model: str, event: ProgressEvent) -> None:
+        console.update(model, event)
+        _StopRequest.check()
+
+    return progress
 
 
 def failure(error: Exception, folder: Path) -> tuple[str, int]:

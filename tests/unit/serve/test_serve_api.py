@@ -21,9 +21,9 @@ from serve.api import (
     read_config,
     write_config,
 )
+from tests.conftest import BUNDLED_REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[3]
-SIMPLE = ROOT / "model_repository" / "simple"
+SIMPLE = BUNDLED_REPOSITORY / "simple"
 
 
 def test_a_model_folder_opens_with_its_completed_config(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_an_unusable_model_folder_is_a_serve_error(tmp_path: Path) -> None:
 
 
 def test_model_names_and_configs(tmp_path: Path) -> None:
-    assert {"simple", "digits"} <= set(model_names(ROOT / "model_repository"))
+    assert {"simple", "digits"} <= set(model_names(BUNDLED_REPOSITORY))
     with pytest.raises(ServeError):
         model_names(tmp_path / "missing")
     config = read_config(SIMPLE / CONFIG_FILENAME)

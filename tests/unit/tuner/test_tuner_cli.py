@@ -207,3 +207,28 @@ def test_default_study_names_follow_the_model_and_config_a_user_name_stays() -> 
     assert study_name(options, "digits", rewritten) != name  # a written-back config starts anew
     named = TuneOptions(repository=Path("repo"), budget=options.budget, study_name="mine")
     assert study_name(named, "digits", rewritten) == "mine-digits"
+
+
+def test_a_sigterm_whose_interrupt_is_lost_still_stops_the_run_at_the_next_trial() -> None:
+    import signal
+
+    from tuner import cli as tuner_cli
+
+    events: list[str] = []
+
+    class Console:
+        def update(self, model: str, event: object) -> None:
+            events.append(model)
+
+    progress = tuner_cli._stoppable(Console())  # type: ignore[arg-type]
+    progress("digits", object())  # type: ignore[arg-type]
+    try:
+        # The interrupt SIGTERM raises can be swallowed (a cancelled task that ends normally):
+        # here it is caught, as if lost, and the next progress event must still stop the run.
+        with pytest.raises(KeyboardInterrupt):
+            tuner_cli._stop_on_sigterm(signal.SIGTERM, None)
+        with pytest.raises(KeyboardInterrupt):
+            progress("digits", object())  # type: ignore[arg-type]
+    finally:
+        tuner_cli._StopRequest.requested = False
+    assert events == ["digits", "digits"]
