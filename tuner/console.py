@@ -14,7 +14,7 @@ from tuner.search_types import ProgressEvent, TrialRecord
 
 class TuneConsole:
     def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, log_path=False)  # no "console.py:41" column
         self._progress: Progress | None = None
         self._tasks: dict[str, TaskID] = {}
 
