@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from protocol.datatypes import WIRE_TO_NUMPY
 from serve.errors import ServeError
 
 CLASSIFICATION = "classification"
@@ -36,21 +37,7 @@ MAX_CLASSES = 1_000_000
 
 # Wire datatypes that can be classified: the numeric ones. Triton refuses FP16 as it refuses
 # BOOL; here FP16 is ranked like the other floats.
-CLASSIFIABLE = frozenset(
-    {
-        "UINT8",
-        "UINT16",
-        "UINT32",
-        "UINT64",
-        "INT8",
-        "INT16",
-        "INT32",
-        "INT64",
-        "FP16",
-        "FP32",
-        "FP64",
-    }
-)
+CLASSIFIABLE = frozenset(WIRE_TO_NUMPY) - {"BOOL", "BYTES"}
 
 Labels = Sequence[bytes]
 
