@@ -1,14 +1,46 @@
-"""`autotune serve` (also `python -m serve`): flag names follow tritonserver's."""
+"""`autotune serve` (also `python -m serve`): flag names and defaults follow tritonserver's,
+except where noted in the help."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from serve.repository.manager import ControlMode
-from serve.server import ServerOptions, serve_forever
+from serve.server import DEFAULT_GRPC_MESSAGE_BYTES, EndpointOptions, ServerOptions, serve_forever
+
+_PORT = click.IntRange(0, 65535)
+
+
+def _endpoint_flags(kind: str, port: int, what: str) -> list[Any]:
+    return [
+        click.option(
+            f"--allow-{kind}",
+            type=click.BOOL,
+            default=True,
+            show_default=True,
+            help=f"Serve {what}.",
+        ),
+        click.option(
+            f"--{kind}-port",
+            type=_PORT,
+            default=port,
+            show_default=True,
+            help=f"{what} port; 0 picks a free one (the 'Started ...' log line names it).",
+        ),
+    ]
+
+
+def _apply(flags: list[Any]) -> Any:
+    def decorate(function: Any) -> Any:
+        for flag in reversed(flags):
+            function = flag(function)
+        return function
+
+    return decorate
 
 
 @click.command("serve")
@@ -19,20 +51,42 @@ from serve.server import ServerOptions, serve_forever
     required=True,
     help="The Triton model repository to serve.",
 )
+@_apply(_endpoint_flags("http", 8000, "KServe v2 HTTP"))
 @click.option(
-    "--http-port",
-    type=click.IntRange(0, 65535),
-    default=8000,
-    show_default=True,
-    help="HTTP port; 0 picks a free one (the 'Started HTTPService at' log line names it).",
-)
-@click.option(
-    "--host",
     "--http-address",
-    "host",
+    "--host",
+    "http_address",
     default="127.0.0.1",
     show_default=True,
-    help="Address to bind; loopback unless told otherwise.",
+    help="Address HTTP binds; loopback unless told otherwise (tritonserver: 0.0.0.0).",
+)
+@_apply(_endpoint_flags("grpc", 8001, "KServe v2 gRPC"))
+@click.option(
+    "--grpc-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address gRPC binds; loopback unless told otherwise (tritonserver: 0.0.0.0).",
+)
+@click.option(
+    "--grpc-max-message-bytes",
+    type=click.IntRange(1024, DEFAULT_GRPC_MESSAGE_BYTES),
+    default=DEFAULT_GRPC_MESSAGE_BYTES,
+    show_default=True,
+    help="Largest gRPC message received or sent.",
+)
+@_apply(_endpoint_flags("metrics", 8002, "Prometheus metrics (/metrics)"))
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics endpoint binds.",
+)
+@click.option(
+    "--id",
+    "server_id",
+    default="autotune",
+    show_default=True,
+    help="The server's name in server metadata.",
 )
 @click.option(
     "--model-control-mode",
@@ -56,6 +110,22 @@ from serve.server import ServerOptions, serve_forever
     help="Polling interval with --model-control-mode poll.",
 )
 @click.option(
+    "--exit-on-error",
+    type=click.BOOL,
+    default=False,
+    show_default=True,
+    help="Exit (non-zero) when a model fails to load at start. Default false, unlike "
+    "tritonserver: a model that fails is UNAVAILABLE with its reason while the others serve.",
+)
+@click.option(
+    "--strict-readiness",
+    type=click.BOOL,
+    default=True,
+    show_default=True,
+    help="true: ready only while every model that should be loaded is ready; false: ready "
+    "while the server is live.",
+)
+@click.option(
     "--log-verbose",
     type=click.IntRange(min=0),
     default=0,
@@ -64,28 +134,46 @@ from serve.server import ServerOptions, serve_forever
 )
 def serve_command(
     model_repository: Path,
+    allow_http: bool,
     http_port: int,
-    host: str,
+    http_address: str,
+    allow_grpc: bool,
+    grpc_port: int,
+    grpc_address: str,
+    grpc_max_message_bytes: int,
+    allow_metrics: bool,
+    metrics_port: int,
+    metrics_address: str,
+    server_id: str,
     model_control_mode: str,
     load_models: tuple[str, ...],
     repository_poll_secs: float,
+    exit_on_error: bool,
+    strict_readiness: bool,
     log_verbose: int,
 ) -> None:
-    """Serve a Triton model repository over KServe v2 HTTP."""
+    """Serve a Triton model repository over KServe v2 HTTP and gRPC, with Prometheus metrics."""
     mode = ControlMode(model_control_mode)
     if load_models and mode != ControlMode.EXPLICIT:
         raise click.UsageError("--load-model needs --model-control-mode explicit")
+    if not (allow_http or allow_grpc):
+        raise click.UsageError("--allow-http and --allow-grpc are both false: nothing to serve")
     options = ServerOptions(
         model_repository=model_repository,
-        host=host,
-        http_port=http_port,
+        http=EndpointOptions(allow_http, http_address, http_port),
+        grpc=EndpointOptions(allow_grpc, grpc_address, grpc_port),
+        metrics=EndpointOptions(allow_metrics, metrics_address, metrics_port),
+        grpc_max_message_bytes=grpc_max_message_bytes,
+        server_id=server_id,
         control_mode=mode,
         load_models=list(load_models),
         poll_seconds=repository_poll_secs,
+        exit_on_error=exit_on_error,
+        strict_readiness=strict_readiness,
         log_verbose=log_verbose,
     )
     try:
         code = serve_forever(options)
     except OSError as exc:
-        raise click.ClickException(f"cannot serve on {host}:{http_port}: {exc}") from None
+        raise click.ClickException(f"cannot serve: {exc}") from None
     sys.exit(code)

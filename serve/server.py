@@ -1,4 +1,10 @@
-"""Server lifecycle: load the repository, serve HTTP, drain and stop on SIGINT / SIGTERM."""
+"""Server lifecycle: load the repository, start the endpoints (HTTP, gRPC, metrics), drain and
+stop on SIGINT / SIGTERM.
+
+Each endpoint is an `Endpoint`: started once the models are loaded, logged as tritonserver logs
+it ("Started HTTPService at host:port"; launchers read the bound port from that line), stopped
+in reverse order after the signal.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import uvicorn
 
@@ -30,19 +37,51 @@ log = logging.getLogger("serve")
 # probes (SO_KEEPALIVE on the listening socket, inherited by every accepted one) find sooner.
 KEEP_ALIVE_IDLE_S = 24 * 60 * 60
 
+# Triton's gRPC clients send and accept messages of any size up to 2 GiB - 1; grpcio's own
+# default receive limit (4 MiB) would refuse a batch of a few images.
+DEFAULT_GRPC_MESSAGE_BYTES = 2**31 - 1
+
+
+@dataclass(slots=True)
+class EndpointOptions:
+    enabled: bool
+    address: str
+    port: int  # 0: a free port (the "Started ..." log line names it)
+
 
 @dataclass(slots=True)
 class ServerOptions:
     model_repository: Path
-    host: str = "127.0.0.1"
-    http_port: int = 8000
+    http: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8000))
+    grpc: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8001))
+    metrics: EndpointOptions = field(
+        default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8002)
+    )
+    grpc_max_message_bytes: int = DEFAULT_GRPC_MESSAGE_BYTES
+    server_id: str = "autotune"  # the name in server metadata (tritonserver --id)
     control_mode: ControlMode = ControlMode.NONE
     load_models: list[str] = field(default_factory=list)
     poll_seconds: float = 15.0
+    exit_on_error: bool = False
+    strict_readiness: bool = True
     log_verbose: int = 0
 
 
-class _HttpServer(uvicorn.Server):
+class Endpoint(Protocol):
+    """A transport or service on its own port."""
+
+    name: str  # as tritonserver logs it: HTTPService, GRPCInferenceService, Metrics Service
+
+    async def start(self) -> tuple[str, int]:
+        """Bind and start serving; returns the bound (host, port)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop accepting, answer what is in flight, close."""
+        ...
+
+
+class _UvicornServer(uvicorn.Server):
     """uvicorn's server without its own signal capture: uvicorn re-raises a captured signal
     after shutdown, which would kill the process before the repository drains and exit 0."""
 
@@ -50,13 +89,8 @@ class _HttpServer(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         yield
 
-    def request_stop(self) -> None:
-        if self.should_exit:
-            self.force_exit = True
-        self.should_exit = True
 
-
-def _bind(host: str, port: int) -> socket.socket:
+def bind_tcp(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -66,43 +100,85 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def run_server(options: ServerOptions) -> None:
-    """Serve until a signal asks to stop; requests in flight are answered before returning."""
+class AsgiEndpoint:
+    """An ASGI application under uvicorn (httptools, the running loop) on its own socket."""
+
+    def __init__(self, name: str, app: object, options: EndpointOptions, log_verbose: int) -> None:
+        self.name = name
+        self._options = options
+        config = uvicorn.Config(
+            app,  # type: ignore[arg-type]
+            loop="none",
+            http="httptools",
+            lifespan="off",
+            access_log=log_verbose > 1,
+            log_level="info" if log_verbose else "warning",
+            timeout_graceful_shutdown=30,
+            timeout_keep_alive=KEEP_ALIVE_IDLE_S,
+            proxy_headers=False,  # each of these costs CPU on every response
+            server_header=False,
+            date_header=False,
+        )
+        self._server = _UvicornServer(config)
+        self._socket: socket.socket | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self._socket = bind_tcp(self._options.address, self._options.port)
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]))
+        while not self._server.started and not self._task.done():
+            await asyncio.sleep(0.01)
+        if self._task.done():
+            self._task.result()  # raises what stopped it
+            raise OSError(f"{self.name} stopped while starting")
+        host, port = self._socket.getsockname()[:2]
+        return host, port
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        if self._socket is not None:
+            self._socket.close()
+
+
+def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoint]:
+    """The endpoints the options enable, in start order."""
+    endpoints: list[Endpoint] = []
+    if options.http.enabled:
+        app = build_http_app(dataplane)
+        endpoints.append(AsgiEndpoint("HTTPService", app, options.http, options.log_verbose))
+    return endpoints
+
+
+def new_dataplane(options: ServerOptions) -> DataPlane:
     repository = ModelRepository(
         options.model_repository, options.control_mode, options.poll_seconds
     )
-    dataplane = DataPlane(repository)
-    config = uvicorn.Config(
-        build_http_app(dataplane),
-        loop="none",
-        http="httptools",
-        lifespan="off",
-        access_log=options.log_verbose > 1,
-        log_level="info" if options.log_verbose else "warning",
-        timeout_graceful_shutdown=30,
-        timeout_keep_alive=KEEP_ALIVE_IDLE_S,
-        proxy_headers=False,  # each of these costs CPU on every response
-        server_header=False,
-        date_header=False,
-    )
-    server = _HttpServer(config)
+    return DataPlane(repository)
+
+
+async def run_server(options: ServerOptions) -> None:
+    """Serve until a signal asks to stop; requests in flight are answered before returning."""
+    dataplane = new_dataplane(options)
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, server.request_stop)
-    sock = _bind(options.host, options.http_port)
+        loop.add_signal_handler(sig, stop.set)
+    started: list[Endpoint] = []
     try:
-        await repository.start(options.load_models)
-        serving = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not serving.done():
-            await asyncio.sleep(0.01)
-        if server.started:
-            host, port = sock.getsockname()[:2]
-            log.info("Started HTTPService at %s:%d", host, port)
-        await serving
+        await dataplane.repository.start(options.load_models)
+        for endpoint in build_endpoints(options, dataplane):
+            host, port = await endpoint.start()
+            started.append(endpoint)
+            log.info("Started %s at %s:%d", endpoint.name, host, port)
+        await stop.wait()
     finally:
         dataplane.accepting = False
-        await repository.close()
-        sock.close()
+        for endpoint in reversed(started):
+            await endpoint.stop()
+        await dataplane.repository.close()
         log.info("server stopped")
 
 
@@ -110,18 +186,15 @@ async def run_server(options: ServerOptions) -> None:
 async def open_http_app(options: ServerOptions) -> AsyncIterator[InferRoute]:
     """The ASGI application over the repository, loaded as `run_server` loads it, without a
     socket (to run the routes in-process: an ASGI host, or httpx.ASGITransport); on exit it
-    stops accepting inference and unloads every model. `host`, `http_port` and `log_verbose`
-    are not used. The app needs no lifespan events."""
-    repository = ModelRepository(
-        options.model_repository, options.control_mode, options.poll_seconds
-    )
-    dataplane = DataPlane(repository)
+    stops accepting inference and unloads every model. Only the repository options are used.
+    The app needs no lifespan events."""
+    dataplane = new_dataplane(options)
     try:
-        await repository.start(options.load_models)
+        await dataplane.repository.start(options.load_models)
         yield build_http_app(dataplane)
     finally:
         dataplane.accepting = False
-        await repository.close()
+        await dataplane.repository.close()
 
 
 def configure_logging(verbose: int) -> None:
