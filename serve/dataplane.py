@@ -44,6 +44,18 @@ def _tensor_metadata(tensor: mc.ModelInput | mc.ModelOutput, batched: bool) -> T
     )
 
 
+def _file_contents(key: str, value: Any) -> bytes:
+    """A "file:<path>" load parameter's contents: raw bytes, or base64 text."""
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise ServeError.invalid(f"load parameter '{key}' must be bytes or base64 text")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise ServeError.invalid(f"load parameter '{key}' is not valid base64") from None
+
+
 class DataPlane:
     def __init__(self, repository: ModelRepository) -> None:
         self.repository = repository
@@ -81,7 +93,12 @@ class DataPlane:
         ).to_json()
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        return config_to_json(self.repository.get(name, version).config)
+        return config_to_json(self.model_config_message(name, version))
+
+    def model_config_message(self, name: str, version: str = "") -> mc.ModelConfig:
+        """The model's configuration as the protobuf message itself (the caller must not
+        change it)."""
+        return self.repository.get(name, version).config
 
     # -- inference ----------------------------------------------------------------------------
 
@@ -122,7 +139,8 @@ class DataPlane:
 
     async def load_model(self, name: str, parameters: dict[str, Any] | None = None) -> None:
         """Load or reload; `parameters` may hold "config" (ModelConfig JSON) and "file:<path>"
-        entries (base64 file contents), as in Triton's model repository extension."""
+        entries (the file's contents: raw bytes, as gRPC sends them, or base64 text, as HTTP
+        sends them), as in Triton's model repository extension."""
         self.repository.check_control()
         override = None
         files: dict[str, bytes] = {}
@@ -132,14 +150,7 @@ class DataPlane:
                     raise ServeError.invalid("load parameter 'config' must be a JSON string")
                 override = config_from_json(value, f"config override for model '{name}'")
             elif key.startswith("file:"):
-                if not isinstance(value, str):
-                    raise ServeError.invalid(f"load parameter '{key}' must be base64 text")
-                try:
-                    files[key.removeprefix("file:")] = base64.b64decode(value, validate=True)
-                except ValueError:
-                    raise ServeError.invalid(
-                        f"load parameter '{key}' is not valid base64"
-                    ) from None
+                files[key.removeprefix("file:")] = _file_contents(key, value)
             else:
                 raise ServeError.invalid(f"unknown load parameter '{key}'")
         await self.repository.load(name, override, files or None)

@@ -22,6 +22,7 @@ from typing import Protocol
 import uvicorn
 
 from serve.dataplane import DataPlane
+from serve.grpc.endpoint import GrpcEndpoint
 from serve.http.app import build_http_app
 from serve.http.infer_route import InferRoute
 from serve.repository.manager import ControlMode, ModelRepository
@@ -149,6 +150,11 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
     if options.http.enabled:
         app = build_http_app(dataplane)
         endpoints.append(AsgiEndpoint("HTTPService", app, options.http, options.log_verbose))
+    if options.grpc.enabled:
+        grpc = options.grpc
+        endpoints.append(
+            GrpcEndpoint(dataplane, grpc.address, grpc.port, options.grpc_max_message_bytes)
+        )
     return endpoints
 
 

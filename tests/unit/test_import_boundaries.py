@@ -154,7 +154,7 @@ def test_tuner_and_gate_use_only_public_modules_of_serve_and_analyzer() -> None:
 
 # The checker itself: each rule fails on a deliberate violation, wherever the import sits.
 
-_HIDDEN_IMPORTS = '''
+_HIDDEN_IMPORTS = """
 from __future__ import annotations
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def later():
     import analyzer.load.factory
     from serve import repository
     importlib.import_module("tuner.run")
-'''
+"""
 
 
 def test_the_checker_finds_imports_hidden_in_functions_and_type_checking() -> None:
@@ -211,3 +211,43 @@ def test_the_tree_check_fails_on_a_violating_file(tmp_path: Path) -> None:
     assert [str(v) for v in tree_violations(tmp_path, ["gate"])] == [
         "gate.sneaky:2 imports tuner.space.usable_cpu_count"
     ]
+
+
+# Within serve, a transport's library belongs to its transport package alone: the serving core
+# stays protocol-neutral.
+TRANSPORT_LIBRARIES: dict[str, str] = {
+    "grpc": "serve.grpc",
+    "fastapi": "serve.http",
+    "starlette": "serve.http",
+}
+
+
+def transport_violations(source: str, module: str, is_package: bool = False) -> list[Violation]:
+    """The imports of a serve module of a transport library outside that library's package."""
+    if module.split(".")[0] != "serve":
+        return []
+    found = []
+    for line, name in imported_names(source, module, is_package):
+        owner = TRANSPORT_LIBRARIES.get(name.split(".")[0])
+        if owner is not None and not _within(module, (owner,)):
+            found.append(Violation(module, line, name))
+    return found
+
+
+def test_only_the_transports_import_their_libraries() -> None:
+    found = [
+        violation
+        for path in sorted((ROOT / "serve").rglob("*.py"))
+        for violation in transport_violations(
+            path.read_text(encoding="utf-8"), *module_name(path, ROOT)
+        )
+    ]
+    assert found == [], "\n".join(map(str, found))
+
+
+def test_the_transport_check_finds_a_core_module_importing_grpc() -> None:
+    assert transport_violations("import grpc", "serve.dataplane")
+    assert transport_violations("from fastapi import FastAPI", "serve.grpc.service")
+    assert transport_violations("from grpc import aio", "serve.http.app")
+    assert not transport_violations("from grpc import aio", "serve.grpc.endpoint")
+    assert not transport_violations("import grpc", "protocol.client.grpc")

@@ -1,0 +1,1 @@
+"""Triton's gRPC protocol (`inference.GRPCInferenceService`) over the DataPlane."""

@@ -1,0 +1,54 @@
+"""The gRPC endpoint: a grpc.aio server on the running event loop serving
+`inference.GRPCInferenceService` over the DataPlane."""
+
+from __future__ import annotations
+
+import grpc
+from tritonclient.grpc import service_pb2_grpc
+
+from serve.dataplane import DataPlane
+from serve.grpc.service import InferenceServicer
+
+# Calls in flight when the server stops get this long to finish; then they are cancelled
+# (an open stream would otherwise hold the shutdown for as long as its client keeps it).
+STOP_GRACE_S = 10.0
+
+
+class GrpcEndpoint:
+    name = "GRPCInferenceService"
+
+    def __init__(
+        self, dataplane: DataPlane, address: str, port: int, max_message_bytes: int
+    ) -> None:
+        self._dataplane = dataplane
+        self._address = address
+        self._port = port
+        self._options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            # Without this grpcio binds with SO_REUSEPORT: a second server on a port in use
+            # would start and share it instead of failing.
+            ("grpc.so_reuseport", 0),
+        ]
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> tuple[str, int]:
+        server = grpc.aio.server(options=self._options)
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(self._dataplane), server
+        )
+        host = f"[{self._address}]" if ":" in self._address else self._address
+        try:
+            port = server.add_insecure_port(f"{host}:{self._port}")
+        except RuntimeError as exc:
+            raise OSError(f"{self.name} cannot bind {host}:{self._port}: {exc}") from None
+        if port == 0:  # older grpcio reports a failed bind this way
+            raise OSError(f"{self.name} cannot bind {host}:{self._port}")
+        await server.start()
+        self._server = server
+        return self._address, port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(STOP_GRACE_S)
+            self._server = None
