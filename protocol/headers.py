@@ -1,4 +1,5 @@
-"""HTTP header names and the parameter names of Triton's binary tensor data extension."""
+"""HTTP header names and the tensor parameter names of Triton's extensions (binary tensor data,
+shared memory)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,9 @@ CONTENT_TYPE_BINARY = "application/octet-stream"
 BINARY_DATA_SIZE = "binary_data_size"
 BINARY_DATA = "binary_data"
 BINARY_DATA_OUTPUT = "binary_data_output"
+
+# Tensor parameters of the shared-memory extensions (HTTP JSON and gRPC alike): the region
+# holding an input's data (or receiving an output's), its size and its offset in the region.
+SHARED_MEMORY_REGION = "shared_memory_region"
+SHARED_MEMORY_BYTE_SIZE = "shared_memory_byte_size"
+SHARED_MEMORY_OFFSET = "shared_memory_offset"

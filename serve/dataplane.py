@@ -17,10 +17,12 @@ from protocol.datatypes import config_to_wire
 from protocol.metadata import ModelMetadata, TensorMetadata
 from serve.backends.registry import backend_name
 from serve.config.model_config import config_from_json, config_to_json
-from serve.errors import ServeError
+from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.model.model_version import ResponseCallback
 from serve.repository.manager import ModelRepository
+from serve.shared_memory.registry import SharedMemoryRegistry
+from serve.shared_memory.tensors import bind_regions, uses_shared_memory
 
 SERVER_NAME = "autotune"
 EXTENSIONS = [
@@ -60,6 +62,7 @@ class DataPlane:
     def __init__(self, repository: ModelRepository) -> None:
         self.repository = repository
         self.accepting = True
+        self.shared_memory = SharedMemoryRegistry()
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -107,7 +110,15 @@ class DataPlane:
         if not self.accepting:
             raise ServeError.unavailable("the server is shutting down")
         model = self.repository.get(request.model_name, request.model_version)
-        model.submit(request, on_done)
+        if not uses_shared_memory(request):
+            model.submit(request, on_done)
+            return
+        on_done, release = bind_regions(self.shared_memory, request, on_done)
+        try:
+            model.submit(request, on_done)
+        except BaseException:
+            release()
+            raise
 
     async def infer(self, request: InferRequest) -> InferResponse:
         future: asyncio.Future[InferResponse | ServeError] = (
@@ -118,6 +129,37 @@ class DataPlane:
         if isinstance(result, ServeError):
             raise result
         return result
+
+    # -- shared memory ------------------------------------------------------------------------
+
+    def shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        """System shared-memory regions: [{"name", "key", "offset", "byte_size"}]."""
+        return self.shared_memory.status(name)
+
+    def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    def shm_unregister(self, name: str = "") -> None:
+        """Unregister one region ("" = all); an unknown name is not an error, as in Triton."""
+        self.shared_memory.unregister(name)
+
+    # This server has no CUDA: no CUDA region can exist. Status and unregister-all still
+    # answer, as Triton does with none registered (perf_analyzer unregisters all of both kinds).
+
+    def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        if name:
+            raise ServeError.not_found(f"Unable to find cuda shared memory region: '{name}'")
+        return []
+
+    def cuda_shm_register(self, name: str) -> None:
+        raise ServeError(
+            ErrorKind.UNSUPPORTED,
+            f"failed to register CUDA shared memory region '{name}': this server has no CUDA"
+            " support; use system shared memory",
+        )
+
+    def cuda_shm_unregister(self, name: str = "") -> None:
+        return None
 
     # -- statistics ---------------------------------------------------------------------------
 

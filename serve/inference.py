@@ -14,12 +14,23 @@ from typing import Any
 import numpy as np
 
 
+@dataclass(slots=True, frozen=True)
+class RegionSlice:
+    """Where a tensor's data lies in a registered shared-memory region: Triton's
+    shared_memory_region, shared_memory_offset and shared_memory_byte_size parameters."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
 @dataclass(slots=True)
 class RequestedOutput:
     """An output the client asked for, with its per-output parameters (e.g. binary_data)."""
 
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
+    region: RegionSlice | None = None  # written into this shared-memory range
 
 
 @dataclass(slots=True)
@@ -34,6 +45,9 @@ class InferRequest:
     id: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     arrival_ns: int = field(default_factory=time.monotonic_ns)
+    # Inputs whose data lies in shared memory: name -> (shape, range). The DataPlane reads
+    # them into `inputs` before the model sees the request.
+    region_inputs: dict[str, tuple[tuple[int, ...], RegionSlice]] = field(default_factory=dict)
 
     @property
     def priority(self) -> int:
@@ -51,6 +65,7 @@ class OutputTensor:
     name: str
     datatype: str
     data: np.ndarray
+    region: RegionSlice | None = None  # already written there: the response carries no data
 
     @property
     def shape(self) -> tuple[int, ...]:

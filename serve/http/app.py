@@ -134,7 +134,64 @@ def build_control_plane(dataplane: DataPlane) -> FastAPI:
         await dataplane.unload_model(model)
         return Response(status_code=200)
 
+    _add_shared_memory_routes(app, dataplane)
     return app
+
+
+def _add_shared_memory_routes(app: FastAPI, dataplane: DataPlane) -> None:
+    """Triton's system and CUDA shared memory extensions (CUDA: none can be registered)."""
+    system = "/v2/systemsharedmemory"
+    cuda = "/v2/cudasharedmemory"
+
+    @app.api_route(f"{system}/status", methods=["GET", "POST"])
+    async def shm_status_all() -> Response:
+        return _json(dataplane.shm_status())
+
+    @app.api_route(f"{system}/region/{{region}}/status", methods=["GET", "POST"])
+    async def shm_status(region: str) -> Response:
+        return _json(dataplane.shm_status(region))
+
+    @app.post(f"{system}/region/{{region}}/register")
+    async def shm_register(region: str, request: Request) -> Response:
+        body = await _json_body(request)
+        for field in ("key", "byte_size"):
+            if field not in body:
+                raise ServeError.invalid(f"Shared memory register request has no '{field}' field")
+        dataplane.shm_register(region, body["key"], body.get("offset", 0), body["byte_size"])
+        return Response(status_code=200)
+
+    @app.post(f"{system}/unregister")
+    async def shm_unregister_all() -> Response:
+        dataplane.shm_unregister()
+        return Response(status_code=200)
+
+    @app.post(f"{system}/region/{{region}}/unregister")
+    async def shm_unregister(region: str) -> Response:
+        dataplane.shm_unregister(region)
+        return Response(status_code=200)
+
+    @app.api_route(f"{cuda}/status", methods=["GET", "POST"])
+    async def cuda_status_all() -> Response:
+        return _json(dataplane.cuda_shm_status())
+
+    @app.api_route(f"{cuda}/region/{{region}}/status", methods=["GET", "POST"])
+    async def cuda_status(region: str) -> Response:
+        return _json(dataplane.cuda_shm_status(region))
+
+    @app.post(f"{cuda}/region/{{region}}/register")
+    async def cuda_register(region: str) -> Response:
+        dataplane.cuda_shm_register(region)
+        return Response(status_code=200)
+
+    @app.post(f"{cuda}/unregister")
+    async def cuda_unregister_all() -> Response:
+        dataplane.cuda_shm_unregister()
+        return Response(status_code=200)
+
+    @app.post(f"{cuda}/region/{{region}}/unregister")
+    async def cuda_unregister(region: str) -> Response:
+        dataplane.cuda_shm_unregister(region)
+        return Response(status_code=200)
 
 
 def build_http_app(dataplane: DataPlane) -> InferRoute:

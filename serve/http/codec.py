@@ -19,10 +19,23 @@ import orjson
 
 from protocol.datatypes import ELEMENT_SIZE, WIRE_DTYPES, WIRE_TO_NUMPY
 from protocol.errors import ProtocolError
-from protocol.headers import BINARY_DATA, BINARY_DATA_OUTPUT, BINARY_DATA_SIZE, HEADER_LENGTH
+from protocol.headers import (
+    BINARY_DATA,
+    BINARY_DATA_OUTPUT,
+    BINARY_DATA_SIZE,
+    HEADER_LENGTH,
+    SHARED_MEMORY_REGION,
+)
 from protocol.tensors import parse_bytes_tensor, serialize_bytes_tensor
-from serve.errors import ErrorKind, ServeError
-from serve.inference import InferRequest, InferResponse, OutputTensor, RequestedOutput
+from serve.errors import ServeError
+from serve.inference import (
+    InferRequest,
+    InferResponse,
+    OutputTensor,
+    RegionSlice,
+    RequestedOutput,
+)
+from serve.shared_memory.tensors import output_region, region_parameters, region_slice
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -48,9 +61,7 @@ def parse_header_length(value: str | bytes | None) -> int | None:
         return None
     if not (value.isascii() and value.isdigit()):
         shown = value.decode("latin-1") if isinstance(value, bytes) else value
-        raise ServeError.invalid(
-            f"{HEADER_LENGTH} must be a non-negative integer, got {shown!r}"
-        )
+        raise ServeError.invalid(f"{HEADER_LENGTH} must be a non-negative integer, got {shown!r}")
     return int(value)
 
 
@@ -73,13 +84,17 @@ def decode_infer_request(
     if type(raw_inputs) is not list:
         raise ServeError.invalid("the inference request needs an 'inputs' list")
     inputs: dict[str, np.ndarray] = {}
+    region_inputs: dict[str, tuple[tuple[int, ...], RegionSlice]] = {}
     datatypes: dict[str, str] = {}
     offset = json_end
     for index, spec in enumerate(raw_inputs):
         name, datatype, array, offset = _decode_input(spec, index, body, offset)
-        if name in inputs:
+        if name in datatypes:
             raise ServeError.invalid(f"input '{name}' appears more than once")
-        inputs[name] = array
+        if isinstance(array, tuple):
+            region_inputs[name] = array
+        else:
+            inputs[name] = array
         datatypes[name] = datatype
     if offset != body_length:
         raise ServeError.invalid(
@@ -103,6 +118,7 @@ def decode_infer_request(
         requested_outputs=_requested_outputs(header.get("outputs")),
         id=request_id,
         parameters=parameters,
+        region_inputs=region_inputs,
     )
 
 
@@ -167,8 +183,9 @@ def _json_end(header_length: int | None, body_length: int) -> int:
 
 def _decode_input(
     spec: Any, index: int, body: bytes, offset: int
-) -> tuple[str, str, np.ndarray, int]:
-    """One input: (name, datatype, array, offset of the next binary input)."""
+) -> tuple[str, str, np.ndarray | tuple[tuple[int, ...], RegionSlice], int]:
+    """One input: (name, datatype, array or (shape, shared-memory range), offset of the next
+    binary input)."""
     if type(spec) is not dict:
         raise ServeError.invalid(f"inputs[{index}] must be a JSON object")
     name = spec.get("name")
@@ -191,13 +208,16 @@ def _decode_input(
         raise ServeError.invalid(f"input '{name}': 'parameters' must be a JSON object")
     size = params.get(BINARY_DATA_SIZE) if params else None
     data = spec.get("data")
+    where = region_slice(params, f"input '{name}'") if params else None
+    if where is not None:
+        if data is not None or size is not None:
+            raise ServeError.invalid(
+                f"input '{name}' must set only one of 'data', 'binary_data_size' and"
+                f" '{SHARED_MEMORY_REGION}'"
+            )
+        return name, datatype, (tuple(shape), where), offset
     if size is None:
         if data is None:
-            if params and "shared_memory_region" in params:
-                raise ServeError(
-                    ErrorKind.UNSUPPORTED,
-                    f"input '{name}': shared-memory inputs are not handled by the HTTP codec",
-                )
             raise ServeError.invalid(
                 f"input '{name}' has neither 'data' nor parameters.binary_data_size"
             )
@@ -324,18 +344,22 @@ def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
             params = {}
         elif type(params) is not dict:
             raise ServeError.invalid(f"output '{name}': 'parameters' must be a JSON object")
-        result.append(RequestedOutput(name, params))
+        result.append(RequestedOutput(name, params, output_region(params, name)))
     return result
 
 
 def _encode_output(output: OutputTensor, binary: bool) -> tuple[dict[str, Any], Any]:
-    """The output's JSON entry and its binary blob (None when its data is in the JSON)."""
+    """The output's JSON entry and its binary blob (None when its data is in the JSON or in
+    shared memory)."""
     data = output.data
     entry: dict[str, Any] = {
         "name": output.name,
         "datatype": output.datatype,
         "shape": data.shape,
     }
+    if output.region is not None:
+        entry["parameters"] = region_parameters(output.region)
+        return entry, None
     blob: Any
     if output.datatype == "BYTES":
         if not binary:

@@ -18,7 +18,13 @@ from serve.http.codec import (
     encode_infer_response,
     parse_header_length,
 )
-from serve.inference import InferRequest, InferResponse, OutputTensor, RequestedOutput
+from serve.inference import (
+    InferRequest,
+    InferResponse,
+    OutputTensor,
+    RegionSlice,
+    RequestedOutput,
+)
 
 DATATYPES = [
     "BOOL",
@@ -509,9 +515,71 @@ def test_header_length_of_wrong_type() -> None:
     assert info.value.kind is ErrorKind.INVALID_ARGUMENT
 
 
-def test_shared_memory_input_is_unsupported_here() -> None:
-    body, _ = body_of(one_input(parameters={"shared_memory_region": "r"}))
+def test_shared_memory_input_is_left_for_the_dataplane_with_its_shape_and_range() -> None:
+    params = {"shared_memory_region": "r", "shared_memory_byte_size": 8}
+    body, _ = body_of(one_input(parameters={**params, "shared_memory_offset": 4}))
+    request = decode_infer_request(body, None, "m", "")
+    assert request.inputs == {}
+    assert request.input_datatypes == {"IN": "FP32"}
+    assert request.region_inputs == {"IN": ((2,), RegionSlice("r", 4, 8))}
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"parameters": {"shared_memory_region": "r"}}, "'shared_memory_byte_size' must be"),
+        ({"parameters": {"shared_memory_byte_size": 8}}, "without 'shared_memory_region'"),
+        (
+            {
+                "data": [1, 2],
+                "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 8},
+            },
+            "only one of",
+        ),
+        (
+            {"parameters": {"shared_memory_region": "r", "shared_memory_byte_size": -1}},
+            "non-negative",
+        ),
+        ({"parameters": {"shared_memory_region": 3, "shared_memory_byte_size": 8}}, "region name"),
+    ],
+)
+def test_bad_shared_memory_input_is_invalid_naming_it(
+    fields: dict[str, Any], fragment: str
+) -> None:
+    body, _ = body_of(one_input(**fields))
     with pytest.raises(ServeError) as info:
         decode_infer_request(body, None, "m", "")
-    assert info.value.kind is ErrorKind.UNSUPPORTED
+    assert info.value.kind is ErrorKind.INVALID_ARGUMENT
     assert "'IN'" in info.value.message
+    assert fragment in info.value.message
+
+
+def test_shared_memory_output_is_recognised_and_cannot_also_be_binary() -> None:
+    shm = {"shared_memory_region": "o", "shared_memory_byte_size": 8}
+    header = {**one_input(data=[1, 2]), "outputs": [{"name": "OUT", "parameters": shm}]}
+    request = decode_infer_request(body_of(header)[0], None, "m", "")
+    assert request.requested_outputs is not None
+    assert request.requested_outputs[0].region == RegionSlice("o", 0, 8)
+
+    header["outputs"] = [{"name": "OUT", "parameters": {**shm, "binary_data": True}}]
+    with pytest.raises(ServeError, match="'OUT' can't set both"):
+        decode_infer_request(body_of(header)[0], None, "m", "")
+
+
+def test_output_written_to_shared_memory_carries_no_data() -> None:
+    where = RegionSlice("o", 16, 8)
+    output = OutputTensor("OUT", "FP32", np.ones(2, np.float32), where)
+    response = InferResponse("m", "1", [output])
+    body, length = encode_infer_response(response, InferRequest("m", "", {}))
+    assert length is None
+    entry = orjson.loads(body)["outputs"][0]
+    assert entry == {
+        "name": "OUT",
+        "datatype": "FP32",
+        "shape": [2],
+        "parameters": {
+            "shared_memory_region": "o",
+            "shared_memory_byte_size": 8,
+            "shared_memory_offset": 16,
+        },
+    }
