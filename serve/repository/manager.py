@@ -111,6 +111,9 @@ class ModelRepository:
         files: dict[str, bytes] | None = None,
     ) -> None:
         """(Re)load a model; raise ServeError with the reason when no version could be loaded."""
+        if not files and name not in self._records and not (self.path / name).is_dir():
+            # before a record exists: a name that is no model must not appear in the index
+            raise ServeError.not_found(f"failed to load '{name}': no such model in {self.path}")
         record = self._records.setdefault(name, ModelRecord(name))
         async with record.lock:
             await self._load_locked(record, override, files)

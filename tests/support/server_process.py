@@ -3,6 +3,7 @@ tuner and the gate use (common.serve_process), plus a wait until the server repo
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -12,6 +13,8 @@ from pathlib import Path
 import httpx
 
 from common.serve_process import start_serve_process, stop_serve_process
+
+_GRPC_STARTED = re.compile(r"Started GRPCInferenceService at ([0-9.]+):(\d+)")
 
 
 @dataclass
@@ -29,6 +32,19 @@ class RunningServer:
     @property
     def base(self) -> str:
         return f"http://{self.url}"
+
+    @property
+    def grpc_url(self) -> str:
+        """host:port of the gRPC endpoint, from the server's "Started GRPCInferenceService at"
+        log line (the endpoints start one after another: it may come just after HTTP's)."""
+        deadline = time.monotonic() + 30
+        while True:
+            match = _GRPC_STARTED.search(self.log())
+            if match:
+                return f"{match.group(1)}:{match.group(2)}"
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server logged no gRPC endpoint:\n{self.log()[-2000:]}")
+            time.sleep(0.05)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
