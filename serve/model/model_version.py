@@ -39,6 +39,12 @@ class ModelVersion:
         self.stats = stats
         self.checker = TensorChecker(config, str(version), labels)
 
+    @property
+    def pending_requests(self) -> int:
+        """Requests waiting in the scheduler for an instance (Triton's pending-request gauge:
+        counted from enqueue until an instance starts executing them)."""
+        return self.batcher.queued
+
     def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
         """Validate (raising ServeError) and queue; `on_done` gets the response or an error."""
         self.checker.check_request(request)

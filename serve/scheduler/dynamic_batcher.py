@@ -24,7 +24,7 @@ from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
-from serve.scheduler.statistics import ModelStatistics
+from serve.scheduler.statistics import FailureReason, ModelStatistics
 
 log = logging.getLogger("serve.scheduler")
 
@@ -91,14 +91,14 @@ class DynamicBatcher:
         """Accept a validated request; `on_done` gets its result or a ServeError, exactly once."""
         now = time.monotonic_ns()
         if self._closing:
-            self._stats.record_failure(0)
+            self._stats.record_failure(0, FailureReason.OTHER)
             on_done(ServeError.unavailable(f"model '{request.model_name}' is being unloaded"))
             return
         level = self._policy.level_index(request.priority)
         queue_policy = self._policy.level_policies[level]
         queue = self._queues[level]
         if queue_policy.max_queue_size and len(queue) >= queue_policy.max_queue_size:
-            self._stats.record_failure(0)
+            self._stats.record_failure(0, FailureReason.REJECTED)
             on_done(ServeError.unavailable("Exceeds maximum queue size"))
             return
         rows = batch_rows(request) if self._policy.max_batch_size > 0 else 1
@@ -227,7 +227,7 @@ class DynamicBatcher:
         success_ns = queue_ns = 0
         for pending, result in zip(batch, results, strict=True):
             if isinstance(result, ServeError):
-                self._stats.record_failure(now - pending.enqueue_ns)
+                self._stats.record_failure(now - pending.enqueue_ns, FailureReason.BACKEND)
             else:
                 succeeded += 1
                 success_ns += now - pending.enqueue_ns
@@ -254,7 +254,7 @@ class DynamicBatcher:
         queue.remove(pending)
         pending.queued = False
         self._queued -= 1
-        self._stats.record_failure(time.monotonic_ns() - pending.enqueue_ns)
+        self._stats.record_failure(time.monotonic_ns() - pending.enqueue_ns, FailureReason.REJECTED)
         self._deliver(pending, ServeError.unavailable("Request timeout expired"))
         self._note_idle()
         if self._idle:

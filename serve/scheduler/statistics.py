@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.statistics import BATCH_DURATION_FIELDS, DURATION_FIELDS
 from serve.backends.base import BatchTimes
+
+
+class FailureReason(enum.Enum):
+    """Why a request failed after reaching the scheduler, as Triton's failure metric labels it.
+    Requests refused before that (a bad input shape, an unknown model) are not counted, as in
+    Triton."""
+
+    REJECTED = "REJECTED"  # the queue policy refused it: queue full, or its queue timeout expired
+    CANCELED = "CANCELED"
+    BACKEND = "BACKEND"  # the model's execution failed for it
+    OTHER = "OTHER"
 
 
 @dataclass(slots=True)
@@ -48,6 +60,9 @@ class ModelStatistics:
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchSizeStats] = field(default_factory=dict)
+    failures: dict[FailureReason, int] = field(
+        default_factory=lambda: dict.fromkeys(FailureReason, 0)
+    )
 
     def record_execution(
         self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
@@ -71,8 +86,9 @@ class ModelStatistics:
         self.compute_output.add(times.compute_output_ns * count, count)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
-    def record_failure(self, total_ns: int) -> None:
+    def record_failure(self, total_ns: int, reason: FailureReason) -> None:
         self.fail.add(total_ns)
+        self.failures[reason] += 1
 
     def to_json(self) -> dict[str, Any]:
         """One entry of `model_stats`, field for field as Triton prints it."""

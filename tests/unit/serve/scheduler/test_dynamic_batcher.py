@@ -29,7 +29,7 @@ from serve.inference import InferRequest
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
-from serve.scheduler.statistics import ModelStatistics
+from serve.scheduler.statistics import FailureReason, ModelStatistics
 
 WAIT_S = 5.0  # upper bound of every wait; a test that needs it has already failed
 TEST_S = 20.0  # upper bound of one test body (pytest-timeout is the last resort)
@@ -520,6 +520,7 @@ def test_full_queue_rejects_at_once() -> None:
             assert h.batch_ids() == [["r0"], ["r1", "r2"]]
             assert h.stats.fail.count == 1
             assert h.stats.success.count == 3
+            assert h.stats.failures[FailureReason.REJECTED] == 1
 
     run(body)
 
@@ -545,6 +546,7 @@ def test_timeout_reject_fails_a_request_still_in_the_queue() -> None:
             h.assert_ok("r0")
             assert h.batch_ids() == [["r0"]], "a rejected request never executes"
             assert (h.stats.success.count, h.stats.fail.count) == (1, 1)
+            assert h.stats.failures[FailureReason.REJECTED] == 1
 
     run(body)
 
@@ -811,6 +813,7 @@ def test_statistics_count_successes_failures_and_batches() -> None:
             assert stats.inference_count == 2 + 5 + 1
             assert stats.success.count == 3
             assert stats.fail.count == 2
+            assert stats.failures == dict.fromkeys(FailureReason, 0) | {FailureReason.BACKEND: 2}
             assert stats.queue.count == 3
             assert (stats.compute_input.count, stats.compute_input.ns) == (3, 3 * INPUT_NS)
             assert (stats.compute_infer.count, stats.compute_infer.ns) == (3, 3 * INFER_NS)
