@@ -1,0 +1,551 @@
+"""One client connection: HTTP/2 framing, flow control and gRPC messages on asyncio.Protocol.
+
+A call's response goes out in as few writes as possible: a unary answer that fits the flow
+control windows is one `transport.write` of HEADERS + DATA + trailers. Incoming DATA is
+acknowledged as it is read (window updates in bulk), so a client is never stalled by a slow
+method; a message over the size limit ends its call with RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Any, cast
+
+import hpack
+
+from serve.grpc.http2 import frames as f
+from serve.grpc.http2.calls import Router, RpcMethod, StreamListener
+
+log = logging.getLogger("serve.grpc")
+
+# gRPC status codes used by the framing layer itself.
+INTERNAL = 13
+UNIMPLEMENTED = 12
+RESOURCE_EXHAUSTED = 8
+UNAVAILABLE = 14
+
+# The receive window offered per stream and per connection, topped up once half is used.
+LOCAL_WINDOW = 1 << 24
+_TOP_UP = LOCAL_WINDOW // 2
+
+_SERVER_SETTINGS = f.settings_frame(
+    {
+        f.SETTINGS_INITIAL_WINDOW_SIZE: LOCAL_WINDOW,
+        f.SETTINGS_MAX_FRAME_SIZE: (1 << 24) - 1,
+        f.SETTINGS_MAX_HEADER_LIST_SIZE: 1 << 16,
+    }
+) + f.window_update(0, LOCAL_WINDOW - f.DEFAULT_WINDOW)
+
+_PATH = b":path"
+_CONTENT_TYPE = b"content-type"
+_GRPC_CONTENT_TYPE = b"application/grpc"
+
+
+class Http2ProtocolError(Exception):
+    """A connection-level protocol error: GOAWAY with `code`, then close."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Trailers:
+    __slots__ = ("block",)
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+
+
+class Call:
+    """One RPC on one stream. Methods answer through it; after `finish` (or `respond`) it
+    ignores further sends, as it does once the client has cancelled."""
+
+    __slots__ = (
+        "_connection",
+        "_headers_sent",
+        "_inbox",
+        "_listener",
+        "_method",
+        "_pending",
+        "_request",
+        "cancelled",
+        "closed",
+        "recv_unacked",
+        "remote_closed",
+        "send_window",
+        "stream_id",
+    )
+
+    def __init__(self, connection: GrpcConnection, stream_id: int, method: RpcMethod) -> None:
+        self.stream_id = stream_id
+        self._connection = connection
+        self._method = method
+        self._inbox = bytearray()
+        self._request: bytes | None = None
+        self._listener: StreamListener | None = None
+        self._headers_sent = False
+        self._pending: deque[bytes | _Trailers] = deque()
+        self.send_window = connection.peer_initial_window
+        self.recv_unacked = 0
+        self.closed = False  # our side is done
+        self.cancelled = False
+        self.remote_closed = False
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def respond(self, message: bytes) -> None:
+        """Answer a unary call: the response message, then status OK."""
+        if self.closed:
+            return
+        connection = self._connection
+        size = len(message) + 5
+        if (
+            not self._headers_sent
+            and not self._pending
+            and size <= self.send_window
+            and size <= connection.send_window
+            and size <= connection.peer_max_frame
+        ):
+            self.send_window -= size
+            connection.send_window -= size
+            sid = self.stream_id
+            connection.write(
+                b"".join(
+                    (
+                        f.frame(f.HEADERS, f.END_HEADERS, sid, f.RESPONSE_HEADERS),
+                        f.frame_header(f.DATA, 0, sid, size),
+                        f.message_prefix(len(message)),
+                        message,
+                        f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, sid, f.OK_TRAILERS),
+                    )
+                )
+            )
+            self._close()
+            return
+        self.send_message(message)
+        self.finish(0)
+
+    def send_message(self, message: bytes) -> None:
+        """One message of a streaming answer."""
+        if self.closed:
+            return
+        out = []
+        if not self._headers_sent:
+            self._headers_sent = True
+            out.append(f.frame(f.HEADERS, f.END_HEADERS, self.stream_id, f.RESPONSE_HEADERS))
+        self._pending.append(f.message_prefix(len(message)) + message)
+        self._connection.flush(self, out)
+
+    def finish(self, code: int, message: str = "") -> None:
+        """End the call with a gRPC status (0: OK)."""
+        if self.closed:
+            return
+        sid = self.stream_id
+        trailers = f.status_trailers(code, message) if code else f.OK_TRAILERS
+        if not self._headers_sent:  # trailers-only answer
+            self._headers_sent = True
+            block = f.RESPONSE_HEADERS + trailers
+            self._connection.write(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, sid, block))
+            self._close()
+        else:
+            self._pending.append(_Trailers(trailers))
+            self._connection.flush(self, [])
+
+    def _close(self) -> None:
+        self.closed = True
+        self._pending.clear()
+        self._connection.call_closed(self)
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    def receive(self, data: bytes, end_stream: bool) -> None:
+        if self.closed or self.cancelled:
+            return
+        inbox = self._inbox
+        inbox += data
+        limit = self._connection.max_message_bytes
+        while len(inbox) >= 5:
+            length = int.from_bytes(inbox[1:5], "big")
+            if length > limit:
+                self._fail_early(
+                    RESOURCE_EXHAUSTED,
+                    f"received message larger than max ({length} vs. {limit})",
+                )
+                return
+            if len(inbox) < 5 + length:
+                break
+            if inbox[0] != 0:
+                self._fail_early(UNIMPLEMENTED, "compressed messages are not supported")
+                return
+            message = bytes(inbox[5 : 5 + length])
+            del inbox[: 5 + length]
+            self._deliver(message)
+            if self.closed:
+                return
+        if end_stream:
+            self.half_close()
+
+    def half_close(self) -> None:
+        self.remote_closed = True
+        if self.closed or self.cancelled:
+            return
+        if self._inbox:
+            self._fail_early(INTERNAL, "the stream ended inside a message")
+            return
+        if self._method.open_stream is not None:
+            self._stream_listener().on_half_close()
+            return
+        if self._request is None:
+            self.finish(UNIMPLEMENTED, "a unary call needs one request message, got none")
+            return
+        request, self._request = self._request, None
+        unary = self._method.unary
+        assert unary is not None
+        try:
+            unary(request, self)
+        except Exception as exc:  # a method's bug must not take the connection down
+            log.exception("gRPC method failed")
+            self.finish(INTERNAL, f"internal error: {exc}")
+
+    def _deliver(self, message: bytes) -> None:
+        if self._method.open_stream is not None:
+            try:
+                self._stream_listener().on_message(message)
+            except Exception as exc:
+                log.exception("gRPC stream handler failed")
+                self.finish(INTERNAL, f"internal error: {exc}")
+            return
+        if self._request is not None:
+            self._fail_early(UNIMPLEMENTED, "a unary call takes one request message, got more")
+            return
+        self._request = message
+
+    def _stream_listener(self) -> StreamListener:
+        if self._listener is None:
+            opener = self._method.open_stream
+            assert opener is not None
+            self._listener = opener(self)
+        return self._listener
+
+    def _fail_early(self, code: int, message: str) -> None:
+        """Answer before the request is complete and tell the client to stop sending."""
+        self.finish(code, message)
+        if not self.remote_closed:
+            self._connection.write(f.rst_stream(self.stream_id, f.NO_ERROR))
+
+    def cancel(self) -> None:
+        if self.cancelled:
+            return
+        self.cancelled = True
+        self.closed = True
+        self._pending.clear()
+        if self._listener is not None:
+            try:
+                self._listener.on_cancel()
+            except Exception:
+                log.exception("gRPC stream cancel handler failed")
+
+
+class GrpcConnection(asyncio.Protocol):
+    """The server side of one HTTP/2 connection carrying gRPC calls."""
+
+    def __init__(self, router: Router, max_message_bytes: int, on_lost: Any = None) -> None:
+        self._router = router
+        self.max_message_bytes = max_message_bytes
+        self._on_lost = on_lost
+        self._transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self._preface_seen = False
+        self._decoder = hpack.Decoder()
+        self._calls: dict[int, Call] = {}
+        self._blocked: dict[int, Call] = {}
+        self._last_stream_id = 0
+        self._header_block: tuple[int, int, list[bytes]] | None = None  # id, flags, fragments
+        self.peer_initial_window = f.DEFAULT_WINDOW
+        self.peer_max_frame = f.DEFAULT_MAX_FRAME
+        self.send_window = f.DEFAULT_WINDOW
+        self._recv_unacked = 0
+        self._going_away = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._transport.write(_SERVER_SETTINGS)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        calls = list(self._calls.values())
+        self._calls.clear()
+        self._blocked.clear()
+        for call in calls:
+            call.cancel()
+        self._transport = None
+        self._idle.set()
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer + data if self._buffer else data
+        try:
+            self._buffer = self._read_frames(buffer)
+        except Http2ProtocolError as exc:
+            log.warning("gRPC connection closed: %s", exc)
+            self.write(f.goaway(self._last_stream_id, exc.code, str(exc).encode()[:200]))
+            self._close_transport()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self._transport is not None:
+            self._transport.write(data)
+
+    def flush(self, call: Call, out: list[bytes]) -> None:
+        """Send what the windows allow of the call's pending data (and its trailers)."""
+        pending = call._pending
+        sid = call.stream_id
+        while pending:
+            item = pending[0]
+            if isinstance(item, _Trailers):
+                pending.popleft()
+                out.append(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, sid, item.block))
+                self.write(b"".join(out))
+                call._close()
+                return
+            allowed = min(len(item), call.send_window, self.send_window, self.peer_max_frame)
+            if allowed <= 0 and item:
+                self._blocked[sid] = call
+                break
+            piece = item if allowed == len(item) else item[:allowed]
+            out.append(f.frame(f.DATA, 0, sid, piece))
+            call.send_window -= allowed
+            self.send_window -= allowed
+            if allowed == len(item):
+                pending.popleft()
+            else:
+                pending[0] = item[allowed:]
+        else:
+            self._blocked.pop(sid, None)
+        if out:
+            self.write(b"".join(out))
+
+    def call_closed(self, call: Call) -> None:
+        self._calls.pop(call.stream_id, None)
+        self._blocked.pop(call.stream_id, None)
+        if not self._calls:
+            self._idle.set()
+            if self._going_away:
+                self._close_transport()
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    async def drain_and_close(self, grace_s: float) -> None:
+        """GOAWAY: no new calls; answer those in flight (up to `grace_s`), then close."""
+        if self._transport is None:
+            return
+        self._going_away = True
+        self.write(f.goaway(self._last_stream_id, f.NO_ERROR))
+        if self._calls:
+            try:
+                await asyncio.wait_for(self._idle.wait(), grace_s)
+            except TimeoutError:
+                log.warning("gRPC: %d calls still open at shutdown", len(self._calls))
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _read_frames(self, buffer: bytes) -> bytes:
+        """Handle every complete frame in `buffer`; returns the incomplete rest."""
+        position = 0
+        size = len(buffer)
+        if not self._preface_seen:
+            if size < len(f.PREFACE):
+                if not f.PREFACE.startswith(buffer):
+                    raise Http2ProtocolError(f.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                return buffer
+            if not buffer.startswith(f.PREFACE):
+                raise Http2ProtocolError(f.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+            self._preface_seen = True
+            position = len(f.PREFACE)
+        out: list[bytes] = []
+        while size - position >= f.FRAME_HEADER_BYTES:
+            length = int.from_bytes(buffer[position : position + 3], "big")
+            end = position + f.FRAME_HEADER_BYTES + length
+            if end > size:
+                break
+            frame_type = buffer[position + 3]
+            flags = buffer[position + 4]
+            stream_id = f.read_u31(buffer, position + 5)
+            payload = buffer[position + f.FRAME_HEADER_BYTES : end]
+            position = end
+            self._handle(frame_type, flags, stream_id, payload, out)
+        if self._recv_unacked >= _TOP_UP:
+            out.append(f.window_update(0, self._recv_unacked))
+            self._recv_unacked = 0
+        if out:
+            self.write(b"".join(out))
+        return buffer[position:] if position < size else b""
+
+    def _handle(
+        self, frame_type: int, flags: int, stream_id: int, payload: bytes, out: list[bytes]
+    ) -> None:
+        if self._header_block is not None and frame_type != f.CONTINUATION:
+            raise Http2ProtocolError(f.PROTOCOL_ERROR, "expected a CONTINUATION frame")
+        if frame_type == f.DATA:
+            self._on_data(flags, stream_id, payload, out)
+        elif frame_type == f.HEADERS:
+            self._on_headers(flags, stream_id, payload)
+        elif frame_type == f.CONTINUATION:
+            self._on_continuation(flags, stream_id, payload)
+        elif frame_type == f.SETTINGS:
+            if not flags & f.ACK:
+                # Acknowledged before anything else is sent: the peer applies its own new
+                # limits (e.g. a larger frame size) only from the ACK on.
+                self.write(b"".join(out) + f.frame(f.SETTINGS, f.ACK, 0))
+                out.clear()
+                self._on_settings(payload)
+        elif frame_type == f.WINDOW_UPDATE:
+            self._on_window_update(stream_id, payload)
+        elif frame_type == f.PING:
+            if not flags & f.ACK:
+                out.append(f.frame(f.PING, f.ACK, 0, payload))
+        elif frame_type == f.RST_STREAM:
+            call = self._calls.pop(stream_id, None)
+            self._blocked.pop(stream_id, None)
+            if call is not None:
+                call.cancel()
+                if not self._calls:
+                    self._idle.set()
+        elif frame_type == f.GOAWAY:
+            self._going_away = True
+            if not self._calls:
+                self._close_transport()
+        elif frame_type == f.PUSH_PROMISE:
+            raise Http2ProtocolError(f.PROTOCOL_ERROR, "a client cannot push")
+        # PRIORITY and unknown frame types are ignored, as RFC 9113 asks.
+
+    def _on_data(self, flags: int, stream_id: int, payload: bytes, out: list[bytes]) -> None:
+        self._recv_unacked += len(payload)
+        if flags & f.PADDED:
+            payload = _strip_padding(payload)
+        call = self._calls.get(stream_id)
+        if call is None:
+            if stream_id == 0 or stream_id > self._last_stream_id:
+                raise Http2ProtocolError(f.PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
+            return  # a stream we already closed or reset
+        call.recv_unacked += len(payload)
+        if call.recv_unacked >= _TOP_UP and not flags & f.END_STREAM:
+            out.append(f.window_update(stream_id, call.recv_unacked))
+            call.recv_unacked = 0
+        call.receive(payload, bool(flags & f.END_STREAM))
+
+    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if flags & f.PADDED:
+            payload = _strip_padding(payload)
+        if flags & f.PRIORITY_FLAG:
+            payload = payload[5:]
+        if not flags & f.END_HEADERS:
+            self._header_block = (stream_id, flags, [payload])
+            return
+        self._on_header_block(flags, stream_id, payload)
+
+    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if self._header_block is None or self._header_block[0] != stream_id:
+            raise Http2ProtocolError(f.PROTOCOL_ERROR, "unexpected CONTINUATION frame")
+        fragments = self._header_block[2]
+        fragments.append(payload)
+        if sum(len(p) for p in fragments) > 1 << 20:
+            raise Http2ProtocolError(f.PROTOCOL_ERROR, "header block too large")
+        if flags & f.END_HEADERS:
+            first_flags = self._header_block[1]
+            self._header_block = None
+            self._on_header_block(first_flags, stream_id, b"".join(fragments))
+
+    def _on_header_block(self, flags: int, stream_id: int, block: bytes) -> None:
+        try:
+            headers = self._decoder.decode(block, raw=True)
+        except Exception as exc:  # hpack raises several types for malformed blocks
+            raise Http2ProtocolError(f.COMPRESSION_ERROR, f"bad header block: {exc}") from None
+        end_stream = bool(flags & f.END_STREAM)
+        call = self._calls.get(stream_id)
+        if call is not None:  # trailers from the client end its side
+            if end_stream:
+                call.receive(b"", True)
+            return
+        if stream_id % 2 == 0 or stream_id <= self._last_stream_id:
+            raise Http2ProtocolError(f.PROTOCOL_ERROR, f"bad new stream id {stream_id}")
+        self._last_stream_id = stream_id
+        if self._going_away:
+            self.write(f.rst_stream(stream_id, f.REFUSED_STREAM))
+            return
+        path = content_type = b""
+        for name, value in headers:
+            if name == _PATH:
+                path = value
+            elif name == _CONTENT_TYPE:
+                content_type = value
+        method = self._router(path)
+        call = Call(self, stream_id, method or RpcMethod())
+        self._calls[stream_id] = call
+        self._idle.clear()
+        if not content_type.startswith(_GRPC_CONTENT_TYPE):
+            call.finish(INTERNAL, f"content-type must be application/grpc, got {content_type!r}")
+        elif method is None:
+            call.finish(UNIMPLEMENTED, f"unknown method {path.decode('latin-1')}")
+        elif end_stream:
+            call.half_close()
+
+    def _on_settings(self, payload: bytes) -> None:
+        if len(payload) % 6:
+            raise Http2ProtocolError(f.FRAME_SIZE_ERROR, "SETTINGS payload is not a multiple of 6")
+        for key, value in f.parse_settings(payload):
+            if key == f.SETTINGS_INITIAL_WINDOW_SIZE:
+                if value > f.MAX_WINDOW:
+                    raise Http2ProtocolError(f.FLOW_CONTROL_ERROR, "initial window too large")
+                delta = value - self.peer_initial_window
+                self.peer_initial_window = value
+                for call in self._calls.values():
+                    call.send_window += delta
+                self._unblock()
+            elif key == f.SETTINGS_MAX_FRAME_SIZE:
+                if not f.DEFAULT_MAX_FRAME <= value <= (1 << 24) - 1:
+                    raise Http2ProtocolError(f.PROTOCOL_ERROR, "bad SETTINGS_MAX_FRAME_SIZE")
+                self.peer_max_frame = value
+
+    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise Http2ProtocolError(f.FRAME_SIZE_ERROR, "WINDOW_UPDATE payload must be 4 bytes")
+        increment = f.read_u31(payload)
+        if stream_id == 0:
+            self.send_window += increment
+            if self.send_window > f.MAX_WINDOW:
+                raise Http2ProtocolError(f.FLOW_CONTROL_ERROR, "connection window overflow")
+            self._unblock()
+            return
+        call = self._calls.get(stream_id)
+        if call is not None:
+            call.send_window += increment
+            if call.stream_id in self._blocked:
+                self.flush(call, [])
+
+    def _unblock(self) -> None:
+        for call in list(self._blocked.values()):
+            if self.send_window <= 0:
+                break
+            self.flush(call, [])
+
+
+def _strip_padding(payload: bytes) -> bytes:
+    if not payload:
+        raise Http2ProtocolError(f.PROTOCOL_ERROR, "padded frame without pad length")
+    pad = payload[0]
+    if pad >= len(payload):
+        raise Http2ProtocolError(f.PROTOCOL_ERROR, "padding exceeds the frame")
+    return payload[1 : len(payload) - pad]

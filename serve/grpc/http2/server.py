@@ -1,0 +1,36 @@
+"""A listening socket whose connections speak gRPC over HTTP/2 (see `connection`)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from serve.grpc.http2.calls import Router
+from serve.grpc.http2.connection import GrpcConnection
+
+
+class Http2GrpcServer:
+    def __init__(self, router: Router, max_message_bytes: int) -> None:
+        self._router = router
+        self._max_message_bytes = max_message_bytes
+        self._server: asyncio.Server | None = None
+        self._connections: set[GrpcConnection] = set()
+
+    def _connection(self) -> GrpcConnection:
+        connection = GrpcConnection(
+            self._router, self._max_message_bytes, self._connections.discard
+        )
+        self._connections.add(connection)
+        return connection
+
+    async def start(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._connection, sock=sock)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop accepting; each connection gets GOAWAY and answers its calls in flight."""
+        if self._server is not None:
+            self._server.close()
+        await asyncio.gather(*(c.drain_and_close(grace_s) for c in list(self._connections)))
+        if self._server is not None:
+            await self._server.wait_closed()
