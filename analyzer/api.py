@@ -77,6 +77,8 @@ class PerfSession:
     statistics: ServerStatistics
     epoch_offset_ns: int
     runs: list[LevelRun] = field(default_factory=list)
+    # What could not be cleaned up at the end (a shared memory region the server kept).
+    release_problems: list[str] = field(default_factory=list)
 
     async def measure(self, level: LoadLevel) -> LevelRun:
         run = await self.profiler.measure(level)
@@ -92,9 +94,11 @@ async def open_session(
 
     `peak`, the highest level the caller will ask for, lets the factory decide whether
     worker processes are needed (when `options.worker_processes` is 0)."""
-    driver, model, control = await connect(options, peak)
+    connected = await connect(options, peak)
+    driver, model = connected.driver, connected.model
+    session: PerfSession | None = None
     try:
-        statistics = ServerStatistics(control, model.name, model.version)
+        statistics = ServerStatistics(connected.client, model.name, model.version)
 
         def client_pids() -> list[int]:
             return [os.getpid(), *getattr(driver, "pids", ())]
@@ -109,7 +113,9 @@ async def open_session(
         finally:
             await profiler.close()
     finally:
-        await control.close()
+        problems = await connected.close()
+        if session is not None:
+            session.release_problems.extend(problems)
 
 
 async def measure_async(

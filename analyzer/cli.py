@@ -25,6 +25,11 @@ from analyzer.perf_run import run_perf
     "-u", "url", default=None, help="Server host:port [default: localhost:8000, 8001 for gRPC]."
 )
 @click.option("-i", "protocol", type=click.Choice(["http", "grpc"]), default="http")
+@click.option(
+    "--streaming",
+    is_flag=True,
+    help="gRPC only: send over bidirectional streams (ModelStreamInfer), one per connection.",
+)
 @click.option("-b", "batch_size", type=int, default=1, help="Batch size of each request.")
 @click.option("--concurrency-range", default=None, help="start:end:step [default: 1].")
 @click.option("--request-rate-range", default=None, help="start:end:step, requests/s.")
@@ -55,14 +60,27 @@ from analyzer.perf_run import run_perf
 @click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2,... (repeatable).")
 @click.option("--string-length", type=int, default=128)
 @click.option("--string-data", default=None)
-@click.option("--shared-memory", type=click.Choice(["none", "system", "cuda"]), default="none")
-@click.option("--output-shared-memory-size", type=int, default=102400)
+@click.option(
+    "--shared-memory",
+    type=click.Choice(["none", "system", "cuda"]),
+    default="none",
+    help="Pass tensors through shared memory regions registered with the server (system:"
+    " POSIX shared memory; cuda is not supported).",
+)
+@click.option(
+    "--output-shared-memory-size",
+    type=int,
+    default=102400,
+    help="Bytes of the shared memory region of each output.",
+)
 @click.option("--input-tensor-format", type=click.Choice(["binary", "json"]), default="binary")
 @click.option("--output-tensor-format", type=click.Choice(["binary", "json"]), default="binary")
 @click.option("-f", "csv", default=None, help="Write perf_analyzer's CSV here.")
 @click.option("--verbose-csv", is_flag=True, help="Add Avg latency, request/response, ...")
 @click.option("--profile-export-file", default=None, help="Per-request timestamps (JSON).")
-@click.option("-H", "headers", multiple=True, help="'Name: value' HTTP header (repeatable).")
+@click.option(
+    "-H", "headers", multiple=True, help="'Name: value' HTTP header or gRPC metadata (repeatable)."
+)
 @click.option("--sync", is_flag=True, help="Synchronous requests (the default).")
 @click.option("-a", "--async", "async_mode", is_flag=True, help="Asynchronous requests.")
 @click.option("--max-threads", type=int, default=None, help="[default: 16, 4 for rates]")

@@ -44,6 +44,7 @@ class PerfFlags:
     version: str = ""
     url: str | None = None
     protocol: str = "http"
+    streaming: bool = False
     batch_size: int = 1
     concurrency_range: str | None = None
     request_rate_range: str | None = None
@@ -211,6 +212,7 @@ def _load_options(flags: PerfFlags, spec: SweepSpec, intervals: list[int] | None
         model=flags.model,
         version=flags.version,
         protocol=flags.protocol,
+        streaming=flags.streaming,
         batch_size=flags.batch_size,
         input_data=list(flags.input_data) or ["random"],
         shapes=shapes,

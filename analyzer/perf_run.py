@@ -41,6 +41,8 @@ async def run_perf(config: PerfConfig, out: Console, err: Console) -> int:
             f"warning: {session.statistics.problem}; server columns are left out",
             markup=False,
         )
+    for problem in session.release_problems:
+        err.print(f"warning: {problem}", markup=False)
     reported = outcome.reported
     _write_outputs(config, session, outcome, reported)
     concurrency_mode = config.spec.mode == CONCURRENCY

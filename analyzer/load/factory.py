@@ -1,7 +1,8 @@
 """From perf_analyzer-style options to a load driver ready to start.
 
-`connect` asks the server what the model is (server metadata, model metadata, model config),
-builds every request once, and picks the in-process driver or worker processes.
+`connect` asks the server what the model is (server metadata, model metadata, model config)
+over the chosen protocol (HTTP or gRPC), sets up shared memory when asked, builds every
+request once, and picks the in-process driver or worker processes.
 """
 
 from __future__ import annotations
@@ -9,17 +10,28 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from analyzer.errors import AnalyzerError
 from analyzer.inputs import build_input_sets
 from analyzer.load.base import LoadDriver, LoadLevel
+from analyzer.load.connectors import GRPC, GRPC_STREAM, HTTP
 from analyzer.load.local import AsyncLoadDriver, InferTarget
 from analyzer.load.options import LoadOptions, ModelInfo
 from analyzer.load.process import ProcessDriver
 from analyzer.load.schedule import ScheduleSpec, check_distribution, check_intervals
-from protocol.client.http import HttpClient, build_infer_request
-from protocol.client.infer_body import encode_infer_body
+from analyzer.load.shared_memory import (
+    SharedMemoryRefs,
+    SystemSharedMemory,
+    create_system_shared_memory,
+)
+from protocol.client.control import ControlClient, open_client
+from protocol.client.grpc import metadata_pairs
+from protocol.client.grpc_infer import encode_grpc_infer_request
+from protocol.client.http import build_infer_request
+from protocol.client.infer_body import InferInput, encode_infer_body
 from protocol.errors import ClientError, ProtocolError
 from protocol.metadata import ModelMetadata
 
@@ -32,20 +44,40 @@ CONCURRENCY_PER_PROCESS = 512
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _TENSOR_FORMATS = ("binary", "json")
+_PROTOCOLS = ("http", "grpc")
 
 
-async def connect(
-    options: LoadOptions, peak: LoadLevel | None = None
-) -> tuple[LoadDriver, ModelInfo, HttpClient]:
-    """A driver ready to `start()`, the model as the server describes it, and a control
-    client for statistics (the caller closes it). `peak` is the highest level the caller
-    will ask for; with `options.worker_processes == 0` it decides whether worker processes
-    are needed."""
+@dataclass(slots=True)
+class Connected:
+    """What `connect` made: the driver (not started), the model as the server describes it,
+    the control client (for statistics) and the run's shared memory regions, if any.
+    `close()` releases the regions and closes the client."""
+
+    driver: LoadDriver
+    model: ModelInfo
+    client: ControlClient
+    shared_memory: SystemSharedMemory | None = None
+
+    async def close(self) -> list[str]:
+        """Release everything; the problems met (a region the server would not unregister)."""
+        try:
+            if self.shared_memory is None:
+                return []
+            return await self.shared_memory.release()
+        finally:
+            await self.client.close()
+
+
+async def connect(options: LoadOptions, peak: LoadLevel | None = None) -> Connected:
+    """A driver ready to `start()` and what goes with it (the caller closes it). `peak` is
+    the highest level the caller will ask for; with `options.worker_processes == 0` it
+    decides whether worker processes are needed."""
     check_options(options)
     try:
-        client = HttpClient(options.url, options.headers)
+        client = open_client(options.protocol, options.url, options.headers)
     except ClientError as exc:
         raise AnalyzerError(f"-u {exc}") from None
+    regions: SystemSharedMemory | None = None
     try:
         try:
             await client.server_metadata()
@@ -54,24 +86,42 @@ async def connect(
         except ClientError as exc:
             raise AnalyzerError(str(exc)) from None
         model = model_info(metadata, config, options.version)
-        target = build_target(client, model, options)
+        input_sets = build_input_sets(model, options)
+        refs: list[SharedMemoryRefs] | None = None
+        if options.shared_memory == "system":
+            outputs = [tensor.name for tensor in model.outputs]
+            regions, refs = await create_system_shared_memory(
+                client, input_sets, outputs, options.output_shared_memory_size
+            )
+        target = build_target(client, model, options, input_sets, refs)
         driver = make_driver(target, options, peak)
     except BaseException:
+        if regions is not None:
+            await regions.release()
         await client.close()
         raise
-    return driver, model, client
+    return Connected(driver, model, client, regions)
 
 
 def check_options(options: LoadOptions) -> None:
     """The options this analyzer cannot honour, refused before contacting the server."""
-    if options.protocol == "grpc":
-        raise AnalyzerError("gRPC (-i grpc) is not supported by this analyzer yet: use -i http")
-    if options.protocol != "http":
+    if options.protocol not in _PROTOCOLS:
         raise AnalyzerError(f"-i must be http or grpc, got '{options.protocol}'")
-    if options.shared_memory != "none":
+    if options.streaming and options.protocol != "grpc":
+        raise AnalyzerError("--streaming needs -i grpc (streams are a gRPC feature)")
+    if options.shared_memory == "cuda":
         raise AnalyzerError(
-            f"--shared-memory {options.shared_memory} is not supported by this analyzer yet:"
-            " use --shared-memory none"
+            "--shared-memory cuda needs CUDA and a GPU, which this analyzer does not use: use"
+            " --shared-memory system or none"
+        )
+    if options.shared_memory not in ("none", "system"):
+        raise AnalyzerError(
+            f"--shared-memory must be none, system or cuda, got '{options.shared_memory}'"
+        )
+    if options.shared_memory == "system" and options.output_shared_memory_size < 1:
+        raise AnalyzerError(
+            "--output-shared-memory-size must be at least 1 byte, got"
+            f" {options.output_shared_memory_size}"
         )
     for flag, value in (
         ("--input-tensor-format", options.input_tensor_format),
@@ -115,21 +165,41 @@ def model_info(metadata: dict[str, Any], config: dict[str, Any], version: str) -
     )
 
 
-def build_target(client: HttpClient, model: ModelInfo, options: LoadOptions) -> InferTarget:
-    """Every distinct request, framed once."""
+def build_target(
+    client: ControlClient,
+    model: ModelInfo,
+    options: LoadOptions,
+    input_sets: Sequence[Sequence[InferInput]],
+    shared_memory: Sequence[SharedMemoryRefs] | None = None,
+) -> InferTarget:
+    """Every distinct request, framed once (per input set; `shared_memory`, per input set,
+    the regions its tensors lie in)."""
     outputs = [tensor.name for tensor in model.outputs]
-    requests = []
-    for inputs in build_input_sets(model, options):
+    refs: Sequence[SharedMemoryRefs | None] = (
+        shared_memory if shared_memory is not None else [None] * len(input_sets)
+    )
+    if options.protocol == "grpc":
+        requests = [
+            encode_grpc_infer_request(options.model, options.version, inputs, outputs, regions)
+            for inputs, regions in zip(input_sets, refs, strict=True)
+        ]
+        transport = GRPC_STREAM if options.streaming else GRPC
+        return InferTarget(
+            client.endpoint, tuple(requests), transport, metadata_pairs(options.headers)
+        )
+    http_requests = []
+    for inputs, regions in zip(input_sets, refs, strict=True):
         try:
             body, header_length = encode_infer_body(
                 inputs,
                 outputs,
                 binary_inputs=options.input_tensor_format == "binary",
                 binary_outputs=options.output_tensor_format == "binary",
+                shared_memory=regions,
             )
         except ProtocolError as exc:
             raise AnalyzerError(f"{exc}: use --input-tensor-format binary") from None
-        requests.append(
+        http_requests.append(
             build_infer_request(
                 client.endpoint,
                 options.model,
@@ -139,7 +209,7 @@ def build_target(client: HttpClient, model: ModelInfo, options: LoadOptions) -> 
                 options.headers,
             )
         )
-    return InferTarget(client.endpoint, tuple(requests))
+    return InferTarget(client.endpoint, tuple(http_requests), HTTP)
 
 
 def make_driver(

@@ -5,8 +5,10 @@ replaced from its completion callback on the same connection, with no Task per r
 Request-rate mode sends at precomputed times whatever is outstanding, taking an idle connection
 or opening another (up to `max_connections`; past it a due send waits for a free one). Both
 share one pool of keep-alive connections, so `change()` never closes any. Requests are prebuilt
-bytes, cycled in order. Request-rate sends are counted with those that left late
-(`schedule_progress`), so the measurer can tell a schedule the client did not keep.
+bytes (HTTP requests, or serialized ModelInferRequests for gRPC: `analyzer.load.connectors`
+opens connections of the target's transport), cycled in order. Request-rate sends are counted
+with those that left late (`schedule_progress`), so the measurer can tell a schedule the
+client did not keep.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from analyzer.load.base import (
     RequestRecord,
     ScheduleProgress,
 )
+from analyzer.load.connectors import HTTP, TRANSPORTS, Connection, Connector, make_connector
 from analyzer.load.options import DEFAULT_MAX_CONNECTIONS
 from analyzer.load.schedule import ScheduleSpec, send_delays_ns
-from protocol.client.http import Endpoint, connect_error_reason
-from protocol.client.infer_connection import InferConnection, RawRecord
+from protocol.client.http import Endpoint
+from protocol.client.infer_connection import RawRecord
 
 RETRY_DELAY_S = 0.05  # before replacing a connection that could not be opened
 PREOPEN_PER_RATE = 0.002  # connections opened before request-rate mode starts: 2 ms of sends
@@ -37,14 +40,19 @@ EARLY_NS = 500_000  # loop timers round to ~1 ms: send up to 0.5 ms early rather
 
 @dataclass(frozen=True, slots=True)
 class InferTarget:
-    """Where and what to send: the server and its complete HTTP infer requests."""
+    """Where and what to send: the server, its requests (complete HTTP requests, or
+    serialized ModelInferRequests for gRPC), the transport, and gRPC metadata (-H)."""
 
     endpoint: Endpoint
     requests: tuple[bytes, ...]
+    transport: str = HTTP  # http | grpc | grpc_stream
+    metadata: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.requests:
             raise ValueError("an InferTarget needs at least one request")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport '{self.transport}'")
 
 
 IDLE = LoadLevel()  # send nothing, keep the connections: a worker process's zero share
@@ -80,8 +88,11 @@ class AsyncLoadDriver(LoadDriver):
         self._requests = target.requests
         self._next_request = 0
         self._records: list[RawRecord] = []
-        self._connections: set[InferConnection] = set()
-        self._idle: list[InferConnection] = []
+        self._connector: Connector = make_connector(
+            target.transport, target.endpoint, target.metadata
+        )
+        self._connections: set[Connection] = set()
+        self._idle: list[Connection] = []
         self._in_flight = 0
         self._concurrency = 0
         self._running = False
@@ -177,6 +188,7 @@ class AsyncLoadDriver(LoadDriver):
             )
         self._connections.clear()
         self._idle.clear()
+        await self._connector.close()
         await asyncio.sleep(0)  # let the transports finish closing
 
     # sending
@@ -188,14 +200,14 @@ class AsyncLoadDriver(LoadDriver):
                 return
             self._send(connection)
 
-    def _send(self, connection: InferConnection) -> None:
+    def _send(self, connection: Connection) -> None:
         requests = self._requests
         index = self._next_request
         self._next_request = index + 1
         self._in_flight += 1
         connection.send(requests[index % len(requests)])
 
-    def _take_connection(self) -> InferConnection | None:
+    def _take_connection(self) -> Connection | None:
         idle = self._idle
         while idle:
             connection = idle.pop()  # the most recently used: the least likely to have timed out
@@ -204,19 +216,11 @@ class AsyncLoadDriver(LoadDriver):
             self._connections.discard(connection)  # the server closed it while idle
         if len(self._connections) >= self._max_connections:
             return None
-        connection = InferConnection(self._address, self._on_done)
+        connection = self._connector.new(self._on_done)
         self._connections.add(connection)
         assert self._loop is not None
-        self._loop.create_task(self._connect(connection))
+        self._loop.create_task(self._connector.connect(connection))
         return connection
-
-    async def _connect(self, connection: InferConnection) -> None:
-        assert self._loop is not None
-        endpoint = self._target.endpoint
-        try:
-            await self._loop.create_connection(lambda: connection, endpoint.host, endpoint.port)
-        except OSError as exc:
-            connection.connect_failed(connect_error_reason(exc))
 
     async def _open_idle(self, count: int) -> None:
         """Open `count` more connections (within the cap) before sending, so connecting is
@@ -224,16 +228,16 @@ class AsyncLoadDriver(LoadDriver):
         count = min(count, self._max_connections - len(self._connections))
         if count <= 0:
             return
-        fresh = [InferConnection(self._address, self._on_done) for _ in range(count)]
+        fresh = [self._connector.new(self._on_done) for _ in range(count)]
         self._connections.update(fresh)
-        await asyncio.gather(*(self._connect(c) for c in fresh))
+        await asyncio.gather(*(self._connector.connect(c) for c in fresh))
         for connection in fresh:
             if connection.closed:  # could not connect: sending will retry and record it
                 self._connections.discard(connection)
             else:
                 self._idle.append(connection)
 
-    def _on_done(self, connection: InferConnection, record: RawRecord) -> None:
+    def _on_done(self, connection: Connection, record: RawRecord) -> None:
         self._records.append(record)
         self._in_flight -= 1
         if not connection.closed:

@@ -18,6 +18,7 @@ class LoadOptions:
     model: str  # -m
     version: str = ""  # -x; "" = the server's latest
     protocol: str = "http"  # -i http | grpc
+    streaming: bool = False  # --streaming: gRPC bidirectional streams (one per connection)
     batch_size: int = 1  # -b
     input_data: list[str] = field(default_factory=lambda: ["random"])  # random | zero | paths
     shapes: dict[str, list[int]] = field(default_factory=dict)  # --shape NAME:d1,d2

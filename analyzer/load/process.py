@@ -97,6 +97,8 @@ class ProcessDriver(LoadDriver):
                     self._count,
                     self._drain_timeout_s,
                     self._connection_shares[w.index],
+                    target.transport,
+                    [list(pair) for pair in target.metadata],
                 )
             )
             await self.change(level)

@@ -8,7 +8,7 @@ terminal reaches the parent, which stops the workers itself.
 
 Commands and replies:
   ("init", host, port, requests, distribution, seed, intervals_us, index, count, drain_s,
-   max_connections)                     -> ("ok",)
+   max_connections, transport, metadata) -> ("ok",)
   ("level", concurrency, request_rate)  -> ("ok",)   (first one starts the driver)
   ("collect",)                          -> ("records", [raw record tuples], in_flight, progress)
   ("stop",)                             -> ("records", [...], 0, progress), then it exits
@@ -72,12 +72,13 @@ class _Worker:
         kind = message[0]
         if kind == "init":
             (_, host, port, requests, distribution, seed, intervals, index, count, drain, cap) = (
-                message
+                message[:11]
             )
+            transport, metadata = message[11], tuple(tuple(pair) for pair in message[12])
             schedule = ScheduleSpec(
                 distribution, seed, tuple(intervals) if intervals else None, index, count
             )
-            target = InferTarget(Endpoint(host, port), tuple(requests))
+            target = InferTarget(Endpoint(host, port), tuple(requests), transport, metadata)
             self._driver = AsyncLoadDriver(
                 target, schedule, max_connections=cap, drain_timeout_s=drain
             )

@@ -1,4 +1,4 @@
-"""The control calls of `HttpClient` for synchronous code.
+"""The control calls of `HttpClient` and `GrpcClient` for synchronous code.
 
 Each call opens a connection on an event loop of its own, makes the call and closes: fit for
 occasional calls (loading a model, reading a config), not for a loop of them.
@@ -10,18 +10,25 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from protocol.client.http import HttpClient, parse_url
+from protocol.client.control import ControlClient, open_client
+from protocol.client.grpc import parse_grpc_url
+from protocol.client.http import parse_url
 
 T = TypeVar("T")
 
 
 class BlockingClient:
-    """`HttpClient`'s calls, blocking; the same errors (ClientError)."""
+    """The control clients' calls, blocking; the same errors (ClientError)."""
 
     def __init__(
-        self, url: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0
+        self,
+        url: str,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 30.0,
+        protocol: str = "http",
     ) -> None:
-        self.endpoint = parse_url(url)
+        self.endpoint = parse_grpc_url(url) if protocol == "grpc" else parse_url(url)
+        self._protocol = protocol
         self._url = url
         self._headers = dict(headers or {})
         self._timeout_s = timeout_s
@@ -47,9 +54,9 @@ class BlockingClient:
     def unload_model(self, model: str) -> None:
         self._run(lambda client: client.unload_model(model))
 
-    def _run(self, call: Callable[[HttpClient], Awaitable[T]]) -> T:
+    def _run(self, call: Callable[[ControlClient], Awaitable[T]]) -> T:
         async def main() -> T:
-            client = HttpClient(self._url, self._headers, self._timeout_s)
+            client = open_client(self._protocol, self._url, self._headers, self._timeout_s)
             try:
                 return await call(client)
             finally:

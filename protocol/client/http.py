@@ -42,8 +42,9 @@ class Endpoint:
         return f"{host}:{self.port}"
 
 
-def parse_url(url: str) -> Endpoint:
-    """`host:port`, `host` (port 8000) or `http://host:port[/]`; IPv6 hosts in brackets."""
+def parse_url(url: str, default_port: int = DEFAULT_PORT) -> Endpoint:
+    """`host:port`, `host` (`default_port`) or `http://host:port[/]`; IPv6 hosts in
+    brackets."""
     text = url.strip()
     if text.startswith("https://"):
         raise ClientError(f"{url}: HTTPS is not supported by this client yet")
@@ -55,7 +56,7 @@ def parse_url(url: str) -> Endpoint:
         raise ClientError(f"{url} is not a valid server address: {exc}") from None
     if not host or parsed.path:
         raise ClientError(f"{url} is not a valid server address (expected host:port)")
-    return Endpoint(host, DEFAULT_PORT if port is None else port)
+    return Endpoint(host, default_port if port is None else port)
 
 
 def model_path(model: str, version: str = "") -> str:
@@ -171,6 +172,59 @@ class HttpClient:
 
     async def unload_model(self, model: str) -> None:
         await self._post(f"/v2/repository/models/{_quote(model)}/unload", b"{}")
+
+    async def register_system_shared_memory(
+        self, name: str, key: str, byte_size: int, offset: int = 0
+    ) -> None:
+        """The shared-memory extension: register the POSIX region `key` as `name`."""
+        body = orjson.dumps({"key": key, "offset": offset, "byte_size": byte_size})
+        path = f"/v2/systemsharedmemory/region/{_quote(name)}/register"
+        status, answer = await self.request("POST", path, body)
+        if status != 200:
+            raise ClientError(
+                f"the server at {self.endpoint.address} refused to register system shared memory"
+                f" region '{name}' (key {key}): {error_message(status, answer)}",
+                status,
+            )
+
+    async def unregister_system_shared_memory(self, name: str = "") -> None:
+        """Unregister the region `name` (every system region for "")."""
+        region = f"/region/{_quote(name)}" if name else ""
+        status, answer = await self.request(
+            "POST", f"/v2/systemsharedmemory{region}/unregister", b"{}"
+        )
+        if status != 200:
+            what = f"region '{name}'" if name else "the regions"
+            raise ClientError(
+                f"the server at {self.endpoint.address} refused to unregister system shared"
+                f" memory {what}: {error_message(status, answer)}",
+                status,
+            )
+
+    async def system_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]:
+        """The registered system regions (one, or all for ""): name, key, offset, byte_size."""
+        region = f"/region/{_quote(name)}" if name else ""
+        path = f"/v2/systemsharedmemory{region}/status"
+        status, body = await self.request("GET", path)
+        if status != 200:
+            raise ClientError(
+                f"the server at {self.endpoint.address} refused GET {path}:"
+                f" {error_message(status, body)}",
+                status,
+            )
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise ClientError(
+                f"the server at {self.endpoint.address} answered GET {path} with invalid JSON:"
+                f" {exc}"
+            ) from None
+        if not isinstance(document, list):
+            raise ClientError(
+                f"the server at {self.endpoint.address} answered GET {path} with a JSON"
+                f" {type(document).__name__}, not a list"
+            )
+        return document
 
     async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         """Send one request; (status, body). A stale keep-alive connection is retried once."""

@@ -171,7 +171,7 @@ def test_non_utf8_bytes_cannot_go_as_json(tmp_path: Path) -> None:
     path.write_bytes(orjson.dumps(data_file))
     chosen = options(input_data=[str(path)], input_tensor_format="json")
     with pytest.raises(AnalyzerError, match=r"input 'S' .*--input-tensor-format binary"):
-        build_target(HttpClient("127.0.0.1:1"), model_s, chosen)
+        build_target(HttpClient("127.0.0.1:1"), model_s, chosen, build_input_sets(model_s, chosen))
 
 
 def test_bytes_tensor_is_length_prefixed() -> None:

@@ -79,7 +79,8 @@ def established_to(port: int) -> list[Any]:
 
 def test_connect_describes_the_model(server: RunningServer) -> None:
     async def go() -> None:
-        driver, model, client = await connect(simple_options(server, batch_size=4))
+        connected = await connect(simple_options(server, batch_size=4))
+        driver, model, client = connected.driver, connected.model, connected.client
         await client.close()
         assert model.name == "simple" and model.version == "1" and model.max_batch_size == 8
         assert [t.name for t in model.inputs] == ["INPUT0", "INPUT1"]
@@ -118,7 +119,8 @@ def test_connect_to_nothing_says_so() -> None:
 
 def test_concurrency_keeps_n_requests_outstanding(server: RunningServer) -> None:
     async def go() -> None:
-        driver, _, client = await connect(simple_options(server))
+        connected = await connect(simple_options(server))
+        driver, client = connected.driver, connected.client
         before = await success_count(client)
         await driver.start(LoadLevel(concurrency=4))
         await asyncio.sleep(0.3)
@@ -140,7 +142,8 @@ def test_concurrency_keeps_n_requests_outstanding(server: RunningServer) -> None
 
 def test_change_switches_levels_on_the_same_connections(server: RunningServer) -> None:
     async def go() -> None:
-        driver, _, client = await connect(simple_options(server))
+        connected = await connect(simple_options(server))
+        driver, client = connected.driver, connected.client
         assert isinstance(driver, AsyncLoadDriver)
         before = await success_count(client)
         await driver.start(LoadLevel(concurrency=2))
@@ -187,7 +190,8 @@ def test_request_rate_sends_at_about_the_rate(
     server: RunningServer, options: dict[str, Any]
 ) -> None:
     async def go() -> list[RequestRecord]:
-        driver, _, client = await connect(simple_options(server, **options))
+        connected = await connect(simple_options(server, **options))
+        driver, client = connected.driver, connected.client
         await client.close()
         return await run_for(driver, LoadLevel(request_rate=200), 1.5)
 
@@ -386,7 +390,8 @@ def test_request_rate_counts_the_sends_that_left_late() -> None:
 
 def test_worker_processes_share_the_load(server: RunningServer) -> None:
     async def go() -> None:
-        driver, _, client = await connect(simple_options(server, worker_processes=2))
+        connected = await connect(simple_options(server, worker_processes=2))
+        driver, client = connected.driver, connected.client
         assert isinstance(driver, ProcessDriver)
         before = await success_count(client)
         await driver.start(LoadLevel(concurrency=3))
@@ -442,7 +447,8 @@ def test_workers_exit_when_the_parent_dies(server: RunningServer) -> None:
 
         async def main():
             options = LoadOptions(url="{server.url}", model="simple", worker_processes=2)
-            driver, _, client = await connect(options)
+            connected = await connect(options)
+            driver, client = connected.driver, connected.client
             await driver.start(LoadLevel(concurrency=2))
             print(*driver.pids, flush=True)
             await asyncio.sleep(60)

@@ -118,10 +118,20 @@ def test_header_flag() -> None:
 
 
 def test_unsupported_options_are_refused_clearly() -> None:
-    with pytest.raises(AnalyzerError, match=r"gRPC .* not supported by this analyzer yet"):
-        check_options(LoadOptions("h", "m", protocol="grpc"))
-    with pytest.raises(AnalyzerError, match="--shared-memory system is not supported"):
-        check_options(LoadOptions("h", "m", shared_memory="system"))
+    with pytest.raises(AnalyzerError, match="-i must be http or grpc, got 'udp'"):
+        check_options(LoadOptions("h", "m", protocol="udp"))
+    with pytest.raises(AnalyzerError, match="--streaming needs -i grpc"):
+        check_options(LoadOptions("h", "m", streaming=True))
+    with pytest.raises(AnalyzerError, match="--shared-memory cuda needs CUDA"):
+        check_options(LoadOptions("h", "m", shared_memory="cuda"))
+    with pytest.raises(AnalyzerError, match="--output-shared-memory-size must be at least 1"):
+        check_options(LoadOptions("h", "m", shared_memory="system", output_shared_memory_size=0))
+    for accepted in (
+        LoadOptions("h", "m", protocol="grpc"),
+        LoadOptions("h", "m", protocol="grpc", streaming=True, shared_memory="system"),
+        LoadOptions("h", "m", shared_memory="system"),
+    ):
+        check_options(accepted)
     with pytest.raises(AnalyzerError, match="--request-distribution must be constant or poisson"):
         check_options(LoadOptions("h", "m", request_distribution="uniform"))
     with pytest.raises(AnalyzerError, match="--input-tensor-format must be binary or json"):
