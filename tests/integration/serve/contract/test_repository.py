@@ -34,7 +34,6 @@ def test_index_lists_every_model_and_only_the_named_ones_are_loaded(
     other = UNLOADED_COPIES[client.transport]
     assert states[other] == ("", "")  # never loaded: no state yet
     assert not client.model_ready(other)
-    assert client.server_ready()
 
 
 def test_load_then_unload(client: ContractClient) -> None:
