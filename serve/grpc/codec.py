@@ -21,10 +21,9 @@ from tritonclient.grpc import service_pb2 as pb
 from protocol.datatypes import ELEMENT_SIZE, WIRE_DTYPES, WIRE_TO_NUMPY
 from protocol.errors import ProtocolError
 from protocol.tensors import parse_bytes_tensor, tensor_bytes
-from serve.errors import ErrorKind, ServeError
-from serve.inference import InferRequest, InferResponse, RequestedOutput
-
-SHARED_MEMORY_REGION = "shared_memory_region"
+from serve.errors import ServeError
+from serve.inference import InferRequest, InferResponse, RegionSlice, RequestedOutput
+from serve.shared_memory.tensors import output_region, region_parameters, region_slice
 
 # The InferTensorContents field that carries each datatype, and the numpy type it holds there.
 CONTENTS_FIELDS: dict[str, tuple[str, np.dtype]] = {
@@ -51,17 +50,24 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     """The request as an InferRequest; ServeError (invalid) naming the tensor when it is wrong."""
     raw_contents = message.raw_input_contents
     inputs: dict[str, np.ndarray] = {}
+    region_inputs: dict[str, tuple[tuple[int, ...], RegionSlice]] = {}
     datatypes: dict[str, str] = {}
     raw_used = 0
     for tensor in message.inputs:
         name = tensor.name
-        if name in inputs:
+        if name in datatypes:
             raise ServeError.invalid(f"input '{name}' appears more than once")
         datatype, shape = _datatype_and_shape(tensor)
-        parameters = decode_parameters(tensor.parameters)
-        if SHARED_MEMORY_REGION in parameters:
-            array = shared_memory_input(name, datatype, shape, parameters)
-        elif tensor.HasField("contents"):
+        where = region_slice(decode_parameters(tensor.parameters), f"input '{name}'")
+        if where is not None:  # the DataPlane reads it from the region
+            if tensor.HasField("contents"):
+                raise ServeError.invalid(
+                    f"input '{name}': 'contents' must not be given with a shared-memory region"
+                )
+            region_inputs[name] = (tuple(shape), where)
+            datatypes[name] = datatype
+            continue
+        if tensor.HasField("contents"):
             if raw_contents:
                 raise ServeError.invalid(
                     f"input '{name}': 'contents' must not be given when the request uses "
@@ -93,6 +99,7 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
         requested_outputs=requested_outputs(message.outputs),
         id=message.id,
         parameters=decode_parameters(message.parameters),
+        region_inputs=region_inputs,
     )
 
 
@@ -105,7 +112,11 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> pb.
     raw: list[bytes] = []
     for output in response.outputs:
         data = output.data
-        message.outputs.add(name=output.name, datatype=output.datatype, shape=data.shape)
+        entry = message.outputs.add(name=output.name, datatype=output.datatype, shape=data.shape)
+        if output.region is not None:  # written there; an empty entry keeps the order
+            encode_parameters(region_parameters(output.region), entry.parameters)
+            raw.append(b"")
+            continue
         try:
             raw.append(tensor_bytes(output.datatype, data))
         except KeyError:
@@ -181,15 +192,6 @@ def contents_input(
     return wide.astype(target, copy=False).reshape(shape)
 
 
-def shared_memory_input(
-    name: str, datatype: str, shape: list[int], parameters: dict[str, Any]
-) -> np.ndarray:
-    raise ServeError(
-        ErrorKind.UNSUPPORTED,
-        f"input '{name}': shared-memory inputs are not supported by this server yet",
-    )
-
-
 def requested_outputs(
     outputs: Sequence[pb.ModelInferRequest.InferRequestedOutputTensor],
 ) -> list[RequestedOutput] | None:
@@ -205,12 +207,7 @@ def requested_outputs(
             raise ServeError.invalid(f"output '{name}' is requested more than once")
         seen.add(name)
         parameters = decode_parameters(output.parameters)
-        if SHARED_MEMORY_REGION in parameters:
-            raise ServeError(
-                ErrorKind.UNSUPPORTED,
-                f"output '{name}': shared-memory outputs are not supported by this server yet",
-            )
-        result.append(RequestedOutput(name, parameters))
+        result.append(RequestedOutput(name, parameters, output_region(parameters, name)))
     return result
 
 

@@ -13,7 +13,7 @@ from tritonclient.grpc import service_pb2 as pb
 from protocol.tensors import serialize_bytes_tensor
 from serve.errors import ErrorKind, ServeError
 from serve.grpc.codec import decode_infer_request, decode_parameters, encode_infer_response
-from serve.inference import InferRequest, InferResponse, OutputTensor
+from serve.inference import InferRequest, InferResponse, OutputTensor, RegionSlice
 
 Input = pb.ModelInferRequest.InferInputTensor
 
@@ -156,13 +156,42 @@ def test_unknown_datatype_and_negative_shape_name_the_tensor() -> None:
     assert "'N'" in _invalid(message)
 
 
-def test_shared_memory_tensors_are_unsupported_until_registered_regions_exist() -> None:
+def test_shared_memory_tensors_are_left_for_the_dataplane() -> None:
+    message = _raw_request(("A", "INT32", np.zeros(1, np.int32)))
+    tensor = message.inputs.add(name="S", datatype="INT32", shape=[2])
+    tensor.parameters["shared_memory_region"].string_param = "in"
+    tensor.parameters["shared_memory_byte_size"].int64_param = 8
+    tensor.parameters["shared_memory_offset"].int64_param = 16
+    out = message.outputs.add(name="OUT")
+    out.parameters["shared_memory_region"].string_param = "out"
+    out.parameters["shared_memory_byte_size"].int64_param = 4
+    request = decode_infer_request(message)
+    assert list(request.inputs) == ["A"]  # the raw entry goes to the input without a region
+    assert request.region_inputs == {"S": ((2,), RegionSlice("in", 16, 8))}
+    assert request.input_datatypes["S"] == "INT32"
+    assert request.requested_outputs is not None
+    assert request.requested_outputs[0].region == RegionSlice("out", 0, 4)
+
+
+def test_shared_memory_input_without_byte_size_is_invalid_naming_it() -> None:
     message = pb.ModelInferRequest(model_name="m")
     tensor = message.inputs.add(name="S", datatype="INT32", shape=[1])
     tensor.parameters["shared_memory_region"].string_param = "region"
-    with pytest.raises(ServeError) as info:
-        decode_infer_request(message)
-    assert info.value.kind is ErrorKind.UNSUPPORTED and "'S'" in info.value.message
+    assert "'S'" in _invalid(message) and "shared_memory_byte_size" in _invalid(message)
+
+
+def test_output_in_shared_memory_is_answered_with_an_empty_raw_entry() -> None:
+    written = OutputTensor("W", "INT32", np.zeros(3, np.int32), RegionSlice("out", 8, 12))
+    sent = OutputTensor("D", "INT32", np.array([5], np.int32))
+    message = encode_infer_response(
+        InferResponse("m", "1", [written, sent]), InferRequest("m", "", {})
+    )
+    assert list(message.raw_output_contents) == [b"", np.array([5], np.int32).tobytes()]
+    assert list(message.outputs[0].shape) == [3]
+    params = message.outputs[0].parameters
+    assert params["shared_memory_region"].string_param == "out"
+    assert params["shared_memory_byte_size"].int64_param == 12
+    assert params["shared_memory_offset"].int64_param == 8
 
 
 def test_parameters_become_plain_values() -> None:
