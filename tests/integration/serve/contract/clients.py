@@ -28,9 +28,11 @@ from serve.errors import ErrorKind
 
 TRANSPORTS = ("http", "grpc", "grpc_aio")
 
-# HTTP's 400 stands for a request the server cannot serve, invalid or unsupported alike.
+# This server answers an unsupported request with 400 where Triton answers 501: either stands
+# for it here.
 HTTP_KINDS = {
     "400": frozenset({ErrorKind.INVALID_ARGUMENT, ErrorKind.UNSUPPORTED}),
+    "501": frozenset({ErrorKind.UNSUPPORTED}),
     "404": frozenset({ErrorKind.NOT_FOUND}),
     "409": frozenset({ErrorKind.ALREADY_EXISTS}),
     "500": frozenset({ErrorKind.INTERNAL}),
