@@ -1,0 +1,210 @@
+"""`inference.GRPCInferenceService` on the HTTP/2 layer of `serve.grpc.http2`.
+
+The two inference methods are served straight from their message bytes: a ModelInfer request
+is decoded, submitted, and answered from the DataPlane's completion callback (no task per
+call); a ModelStreamInfer stream submits each request as it arrives and writes each response
+as it completes. Every other method runs the `InferenceServicer` coroutine, with a context
+that carries `abort` as grpc.aio's does, so the methods are written once for both servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+from tritonclient.grpc import service_pb2 as pb
+
+from serve.dataplane import DataPlane
+from serve.errors import ServeError
+from serve.grpc.codec import decode_infer_request, encode_infer_response
+from serve.grpc.endpoint import STOP_GRACE_S
+from serve.grpc.http2.calls import Router, RpcMethod
+from serve.grpc.http2.connection import Call
+from serve.grpc.http2.server import Http2GrpcServer
+from serve.grpc.service import InferenceServicer
+from serve.grpc.status import GRPC_STATUS
+from serve.grpc.stream import error_response
+from serve.inference import InferRequest, InferResponse
+from serve.sockets import bind_tcp
+
+log = logging.getLogger("serve.grpc")
+
+SERVICE = "inference.GRPCInferenceService"
+_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+_INVALID = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+_STREAMING = {"ModelStreamInfer"}
+
+
+def _code(error: ServeError) -> int:
+    return int(GRPC_STATUS[error.kind].value[0])
+
+
+class _CallContext:
+    """What the servicer's methods use of grpc.aio's ServicerContext: `abort`."""
+
+    __slots__ = ("code", "details")
+
+    def __init__(self) -> None:
+        self.code = _INTERNAL
+        self.details = ""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        self.code = int(code.value[0])
+        self.details = details
+        raise grpc.aio.AbortError()
+
+
+def _servicer_method(
+    method: Callable[[Any, Any], Any], request_type: type[Message]
+) -> Callable[[bytes, Call], None]:
+    def start(message: bytes, call: Call) -> None:
+        try:
+            request = request_type.FromString(message)
+        except DecodeError as exc:
+            call.finish(_INVALID, f"malformed {request_type.__name__}: {exc}")
+            return
+        context = _CallContext()
+        task = asyncio.ensure_future(method(request, context))
+        task.add_done_callback(lambda done: _answer(done, call, context))
+
+    return start
+
+
+def _answer(task: asyncio.Future[Message], call: Call, context: _CallContext) -> None:
+    if task.cancelled():
+        call.finish(grpc.StatusCode.CANCELLED.value[0], "the call was cancelled")
+        return
+    error = task.exception()
+    if error is None:
+        call.respond(task.result().SerializeToString())
+    elif isinstance(error, grpc.aio.AbortError):
+        call.finish(context.code, context.details)
+    else:
+        log.error("gRPC method failed", exc_info=error)
+        call.finish(_INTERNAL, f"internal error: {error!r}")
+
+
+class _Infer:
+    """ModelInfer from bytes to bytes, completed by the DataPlane's callback."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self._dataplane = dataplane
+
+    def __call__(self, message: bytes, call: Call) -> None:
+        try:
+            request = decode_infer_request(pb.ModelInferRequest.FromString(message))
+            self._dataplane.submit(request, lambda result: self._done(call, request, result))
+        except ServeError as exc:
+            call.finish(_code(exc), exc.message)
+        except DecodeError as exc:
+            call.finish(_INVALID, f"malformed ModelInferRequest: {exc}")
+
+    @staticmethod
+    def _done(call: Call, request: InferRequest, result: InferResponse | ServeError) -> None:
+        if isinstance(result, ServeError):
+            call.finish(_code(result), result.message)
+            return
+        try:
+            call.respond(encode_infer_response(result, request).SerializeToString())
+        except ServeError as exc:
+            call.finish(_code(exc), exc.message)
+
+
+class _Stream:
+    """One ModelStreamInfer call: requests submitted as they arrive, each answered in the
+    stream as it completes (a failed one with its error and id); the call ends OK once the
+    client has stopped sending and every request has its answer."""
+
+    def __init__(self, dataplane: DataPlane, call: Call) -> None:
+        self._dataplane = dataplane
+        self._call = call
+        self._in_flight = 0
+        self._half_closed = False
+
+    def on_message(self, message: bytes) -> None:
+        try:
+            infer = pb.ModelInferRequest.FromString(message)
+        except DecodeError as exc:
+            self._send(pb.ModelStreamInferResponse(error_message=f"malformed request: {exc}"))
+            return
+        self._in_flight += 1
+        try:
+            request = decode_infer_request(infer)
+            self._dataplane.submit(request, lambda result: self._done(infer, request, result))
+        except ServeError as exc:
+            self._in_flight -= 1
+            self._send(error_response(infer, exc.message))
+
+    def on_half_close(self) -> None:
+        self._half_closed = True
+        if self._in_flight == 0:
+            self._call.finish(0)
+
+    def on_cancel(self) -> None:
+        self._half_closed = True
+
+    def _done(
+        self, infer: pb.ModelInferRequest, request: InferRequest, result: InferResponse | ServeError
+    ) -> None:
+        self._in_flight -= 1
+        if isinstance(result, ServeError):
+            answer = error_response(infer, result.message)
+        else:
+            try:
+                answer = pb.ModelStreamInferResponse(
+                    infer_response=encode_infer_response(result, request)
+                )
+            except ServeError as exc:
+                answer = error_response(infer, exc.message)
+        self._send(answer)
+        if self._half_closed and self._in_flight == 0:
+            self._call.finish(0)
+
+    def _send(self, answer: pb.ModelStreamInferResponse) -> None:
+        self._call.send_message(answer.SerializeToString())
+
+
+def build_router(dataplane: DataPlane) -> Router:
+    """':path' -> method for every method of the service."""
+    servicer = InferenceServicer(dataplane)
+    routes: dict[bytes, RpcMethod] = {}
+    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        path = f"/{SERVICE}/{method.name}".encode()
+        if method.name == "ModelInfer":
+            routes[path] = RpcMethod(unary=_Infer(dataplane))
+        elif method.name in _STREAMING:
+            routes[path] = RpcMethod(open_stream=lambda call: _Stream(dataplane, call))
+        else:
+            request_type = getattr(pb, method.input_type.name)
+            routes[path] = RpcMethod(
+                unary=_servicer_method(getattr(servicer, method.name), request_type)
+            )
+    return routes.get
+
+
+class NativeGrpcEndpoint:
+    """The gRPC endpoint on `serve.grpc.http2` (the default front end)."""
+
+    name = "GRPCInferenceService"
+
+    def __init__(self, dataplane: DataPlane, address: str, port: int, max_message_bytes: int):
+        self._address = address
+        self._port = port
+        self._server = Http2GrpcServer(build_router(dataplane), max_message_bytes)
+
+    async def start(self) -> tuple[str, int]:
+        sock = bind_tcp(self._address, self._port)
+        try:
+            await self._server.start(sock)
+        except BaseException:
+            sock.close()
+            raise
+        host, port = sock.getsockname()[:2]
+        return host, port
+
+    async def stop(self) -> None:
+        await self._server.stop(STOP_GRACE_S)
