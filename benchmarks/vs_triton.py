@@ -12,7 +12,9 @@ output equal to numpy's) before anything is measured. Then NVIDIA's perf_analyze
 protocol and concurrency with the two servers interleaved (ours, Triton, ours, Triton, ...),
 `--repeats` times each, `--window-ms` measurement windows, and the script prints every run's
 infer/s and p95 latency, then per protocol and concurrency the median and range of each server
-and the ratio ours/Triton of the medians. Both servers are stopped at the end, on Ctrl-C too.
+and the ratio ours/Triton of the medians. A run whose windows never stabilise (a busy machine)
+is measured again, up to `--attempts` times, then left out: `n` says how many runs a median holds.
+Both servers are stopped at the end, on Ctrl-C too.
 
 Installs on first use: scripts/install_perf_analyzer.sh and scripts/install_triton_peer.sh
 (both under .cache/). Run: python benchmarks/vs_triton.py [--repeats 3] [--window-ms 4000]
@@ -58,6 +60,7 @@ PROTOCOLS = ("grpc", "http")
 START_TIMEOUT_S = 120.0
 # Our server starts gRPC right after HTTP; no line within this time means it has no gRPC endpoint.
 GRPC_LINE_WAIT_S = 10.0
+UNSTABLE = "Failed to obtain stable measurement"
 
 # The python-backend form of `simple`, for Triton (and for ours with --ours-backend python).
 PYTHON_MODEL = '''"""simple: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1"""
@@ -208,7 +211,8 @@ def check_outputs(server: Server, protocol: str) -> None:
 
 def perf_analyzer(
     binary: Path, server: Server, protocol: str, concurrency: int, window_ms: int, scratch: Path
-) -> Run:
+) -> Run | None:
+    """One perf_analyzer measurement; None when it found no stable windows (a busy machine)."""
     csv_path = scratch / f"{server.name}-{protocol}-c{concurrency}.csv"
     command = [
         str(binary),
@@ -221,6 +225,8 @@ def perf_analyzer(
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=600, preexec_fn=die_with_parent
     )
+    if result.returncode != 0 and UNSTABLE in result.stdout + result.stderr:
+        return None
     # An interrupted perf_analyzer exits 0 without writing its CSV.
     if result.returncode != 0 or not csv_path.is_file():
         raise SystemExit(
@@ -239,14 +245,14 @@ def describe(runs: list[Run]) -> str:
     p95 = statistics.median(run.p95_us for run in runs) / 1000
     return (
         f"{statistics.median(rates):>8,.0f} [{min(rates):>6,.0f}-{max(rates):>6,.0f}]"
-        f" p95 {p95:5.2f} ms"
+        f" p95 {p95:5.2f} ms n={len(runs)}"
     )
 
 
 def summary(runs: list[Run], protocols: Sequence[str], concurrencies: Sequence[int]) -> None:
     print()
     print("median infer/s [range] and median p95, per protocol and concurrency")
-    print(f"{'':<10} {'ours':>36} {'triton':>36} {'ours/triton':>12}")
+    print(f"{'':<10} {'ours':>40} {'triton':>40} {'ours/triton':>12}")
     for protocol in protocols:
         for concurrency in concurrencies:
             cell = [r for r in runs if r.protocol == protocol and r.concurrency == concurrency]
@@ -259,7 +265,7 @@ def summary(runs: list[Run], protocols: Sequence[str], concurrencies: Sequence[i
             if mine and theirs:
                 ours_median = statistics.median(r.infer_per_s for r in mine)
                 ratio = f"{ours_median / statistics.median(r.infer_per_s for r in theirs):.2f}"
-            print(f"{label:<10} {left:>36} {right:>36} {ratio:>12}")
+            print(f"{label:<10} {left:>40} {right:>40} {ratio:>12}")
 
 
 def revision() -> str:
@@ -274,6 +280,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per server and cell")
     parser.add_argument("--window-ms", type=int, default=4000, help="perf_analyzer's -p")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument(
+        "--attempts", type=int, default=3, help="tries per run when windows are not stable"
+    )
     parser.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
     parser.add_argument(
         "--ours-backend",
@@ -316,13 +325,22 @@ def main() -> None:
                     for server in servers:
                         if protocol not in server.urls:
                             continue
-                        run = perf_analyzer(
-                            binary, server, protocol, concurrency, args.window_ms, scratch
-                        )
+                        label = f"{protocol} c{concurrency} #{repeat} {server.name:<6}"
+                        run = None
+                        for _ in range(args.attempts):
+                            run = perf_analyzer(
+                                binary, server, protocol, concurrency, args.window_ms, scratch
+                            )
+                            if run is not None:
+                                break
+                            print(f"{label} no stable windows; measuring again", flush=True)
+                        if run is None:
+                            print(f"{label} skipped: no stable windows", flush=True)
+                            continue
                         runs.append(run)
                         print(
-                            f"{protocol} c{concurrency} #{repeat} {server.name:<6}"
-                            f" {run.infer_per_s:>9,.0f} infer/s  p95 {run.p95_us / 1000:5.2f} ms",
+                            f"{label} {run.infer_per_s:>9,.0f} infer/s"
+                            f"  p95 {run.p95_us / 1000:5.2f} ms",
                             flush=True,
                         )
     summary(runs, args.protocols, args.concurrency)
