@@ -23,7 +23,7 @@ from protocol.errors import ProtocolError
 from protocol.tensors import parse_bytes_tensor, tensor_bytes
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse, RegionSlice, RequestedOutput
-from serve.shared_memory.tensors import output_region, region_parameters, region_slice
+from serve.shared_memory.tensors import output_region, region_slice
 
 # The InferTensorContents field that carries each datatype, and the numpy type it holds there.
 CONTENTS_FIELDS: dict[str, tuple[str, np.dtype]] = {
@@ -112,9 +112,8 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> pb.
     raw: list[bytes] = []
     for output in response.outputs:
         data = output.data
-        entry = message.outputs.add(name=output.name, datatype=output.datatype, shape=data.shape)
-        if output.region is not None:  # written there; an empty entry keeps the order
-            encode_parameters(region_parameters(output.region), entry.parameters)
+        message.outputs.add(name=output.name, datatype=output.datatype, shape=data.shape)
+        if output.region is not None:  # written there; an empty entry keeps the order (Triton)
             raw.append(b"")
             continue
         try:

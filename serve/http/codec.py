@@ -35,7 +35,7 @@ from serve.inference import (
     RegionSlice,
     RequestedOutput,
 )
-from serve.shared_memory.tensors import output_region, region_parameters, region_slice
+from serve.shared_memory.tensors import output_region, region_slice
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -358,7 +358,7 @@ def _encode_output(output: OutputTensor, binary: bool) -> tuple[dict[str, Any], 
         "shape": data.shape,
     }
     if output.region is not None:
-        entry["parameters"] = region_parameters(output.region)
+        # No parameters, as Triton: its C++ client reads binary_data_size from any it finds.
         return entry, None
     blob: Any
     if output.datatype == "BYTES":

@@ -66,17 +66,6 @@ def output_region(parameters: Mapping[str, Any], name: str) -> RegionSlice | Non
     return where
 
 
-def region_parameters(where: RegionSlice) -> dict[str, str | int]:
-    """The parameters naming `where`, as a response output written there carries them."""
-    parameters: dict[str, str | int] = {
-        SHARED_MEMORY_REGION: where.region,
-        SHARED_MEMORY_BYTE_SIZE: where.byte_size,
-    }
-    if where.offset:
-        parameters[SHARED_MEMORY_OFFSET] = where.offset
-    return parameters
-
-
 def uses_shared_memory(request: InferRequest) -> bool:
     if request.region_inputs:
         return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from tests.conftest import BUNDLED_REPOSITORY
+from tests.support.perf_analyzer import perf_analyzer_path
 from tests.support.server_process import RunningServer, start_server, stop_server
 
 SHM_DIRECTORY = Path("/dev/shm")
@@ -80,6 +82,14 @@ class Transport:
             {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
             for r in message.regions.values()
         ]
+
+    def successes(self, model: str) -> int:
+        """The model's count of successful requests, from the statistics extension."""
+        if self.name == "http":
+            stats = self.client.get_inference_statistics(model)["model_stats"][0]
+            return int(stats["inference_stats"]["success"].get("count", 0))
+        message = self.client.get_inference_statistics(model)
+        return int(message.model_stats[0].inference_stats.success.count)
 
 
 @pytest.fixture(scope="module", params=["http", "grpc"])
@@ -176,8 +186,7 @@ def test_inputs_and_outputs_in_regions(transport: Transport, regions: RegionFact
     np.testing.assert_array_equal(difference, a - b)
     output = result.get_output("OUTPUT0")
     if transport.name == "http":
-        assert output["shape"] == [1, 16] and "data" not in output
-        assert output["parameters"]["shared_memory_region"] == "outputs"
+        assert output == {"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16]}
     else:
         assert list(output.shape) == [1, 16]
         assert list(result.get_response().raw_output_contents) == [b"", b""]
@@ -317,3 +326,29 @@ def test_no_cuda_shared_memory(transport: Transport) -> None:
         lambda: client.register_cuda_shared_memory("gpu", b"\0" * 64, 0, 64), "no CUDA support"
     )
     assert_still_serving(transport)
+
+
+def test_server_advertises_the_extension(transport: Transport) -> None:
+    metadata = transport.client.get_server_metadata()
+    extensions = metadata["extensions"] if transport.name == "http" else metadata.extensions
+    assert "system_shared_memory" in extensions
+
+
+def test_perf_analyzer_with_system_shared_memory(
+    transport: Transport, server: RunningServer
+) -> None:
+    """NVIDIA's perf_analyzer registers regions, sends every input and output through them,
+    and unregisters all system and CUDA regions at the end."""
+    url = server.url if transport.name == "http" else server.grpc_url
+    before = transport.successes("simple")
+    command = [
+        str(perf_analyzer_path()),
+        *("-m", "simple", "-u", url, "-i", transport.name, "--shared-memory", "system"),
+        # A noisy 2-core machine: loose stability, more windows before giving up.
+        *("--concurrency-range", "1:1", "-p", "1000", "-s", "50", "-r", "20"),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=150)
+    output = f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, output
+    assert transport.successes("simple") > before, output
+    assert transport.status() == []
