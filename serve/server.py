@@ -25,6 +25,7 @@ from serve.dataplane import DataPlane
 from serve.grpc.endpoint import GrpcEndpoint
 from serve.http.app import build_http_app
 from serve.http.infer_route import InferRoute
+from serve.metrics.endpoint import build_metrics_app
 from serve.repository.manager import ControlMode, ModelRepository
 
 log = logging.getLogger("serve")
@@ -154,6 +155,11 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
         grpc = options.grpc
         endpoints.append(
             GrpcEndpoint(dataplane, grpc.address, grpc.port, options.grpc_max_message_bytes)
+        )
+    if options.metrics.enabled:
+        metrics = build_metrics_app(dataplane.repository.loaded)
+        endpoints.append(
+            AsgiEndpoint("Metrics Service", metrics, options.metrics, options.log_verbose)
         )
     return endpoints
 

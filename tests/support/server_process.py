@@ -15,6 +15,7 @@ import httpx
 from common.serve_process import start_serve_process, stop_serve_process
 
 _GRPC_STARTED = re.compile(r"Started GRPCInferenceService at ([0-9.]+):(\d+)")
+_METRICS_STARTED = re.compile(r"Started Metrics Service at ([0-9.]+):(\d+)")
 
 
 @dataclass
@@ -37,13 +38,23 @@ class RunningServer:
     def grpc_url(self) -> str:
         """host:port of the gRPC endpoint, from the server's "Started GRPCInferenceService at"
         log line (the endpoints start one after another: it may come just after HTTP's)."""
+        return self._logged_address(_GRPC_STARTED, "gRPC")
+
+    @property
+    def metrics_url(self) -> str:
+        """host:port of the metrics endpoint, from its "Started Metrics Service at" line."""
+        return self._logged_address(_METRICS_STARTED, "metrics")
+
+    def _logged_address(self, started: re.Pattern[str], endpoint: str) -> str:
         deadline = time.monotonic() + 30
         while True:
-            match = _GRPC_STARTED.search(self.log())
+            match = started.search(self.log())
             if match:
                 return f"{match.group(1)}:{match.group(2)}"
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server logged no gRPC endpoint:\n{self.log()[-2000:]}")
+                raise RuntimeError(
+                    f"the server logged no {endpoint} endpoint:\n{self.log()[-2000:]}"
+                )
             time.sleep(0.05)
 
     def log(self) -> str:

@@ -62,6 +62,11 @@ def _imports(tree: ast.AST) -> Iterator[tuple[str, bool]]:
     yield from walk(tree, False)
 
 
+# Optional packages whose import name is not their distribution's name: where the package is
+# not installed, packages_distributions cannot tell whose module it is.
+OPTIONAL_MODULE_DISTRIBUTIONS = {"pynvml": "nvidia-ml-py"}
+
+
 def _third_party_imports() -> dict[str, list[tuple[str, bool]]]:
     """distribution -> [(file, lazy)] for every third-party import of the product."""
     module_dists = packages_distributions()
@@ -71,7 +76,9 @@ def _third_party_imports() -> dict[str, list[tuple[str, bool]]]:
             for module, lazy in _imports(ast.parse(path.read_text(), str(path))):
                 if module in PRODUCT_PACKAGES or module in sys.stdlib_module_names:
                     continue
-                dists = {_normalize(d) for d in module_dists.get(module, [])} or {module}
+                dists = {_normalize(d) for d in module_dists.get(module, [])} or {
+                    OPTIONAL_MODULE_DISTRIBUTIONS.get(module, module)
+                }
                 owner = next(iter(sorted(dists & BASE)), None) or sorted(dists)[0]
                 found.setdefault(owner, []).append((str(path.relative_to(ROOT)), lazy))
     return found
