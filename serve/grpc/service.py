@@ -33,8 +33,6 @@ Request = TypeVar("Request")
 Response = TypeVar("Response")
 Handler = Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]
 
-NO_CUDA = "CUDA shared memory is not available: this server has no CUDA support"
-
 
 async def abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
     """End the call with the error's status (INTERNAL for anything but a ServeError)."""
@@ -210,19 +208,26 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.CudaSharedMemoryStatusResponse:
-        raise ServeError.unavailable(NO_CUDA)
+        response = pb.CudaSharedMemoryStatusResponse()
+        for region in self._dataplane.cuda_shm_status(request.name):
+            response.regions[region["name"]].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
 
     @_converts_errors
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        raise ServeError.unavailable(NO_CUDA)
+        self._dataplane.cuda_shm_register(request.name)
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @_converts_errors
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        raise ServeError.unavailable(NO_CUDA)
+        self._dataplane.cuda_shm_unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- trace and log settings ---------------------------------------------------------------
 
