@@ -781,6 +781,7 @@ def test_close_waits_for_queued_and_running_work_then_unloads() -> None:
             assert "unload" not in h.instances[0].events
             h.send("late")
             h.assert_error("late", ErrorKind.UNAVAILABLE, "being unloaded")
+            assert h.stats.failures[FailureReason.OTHER] == 1
             h.open()
             await asyncio.wait_for(closing, WAIT_S)
             h.assert_ok("r0", "r1", "r2", "r3")
