@@ -19,10 +19,12 @@ from serve.backends.registry import backend_name
 from serve.config.model_config import config_from_json, config_to_json
 from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest, InferResponse
-from serve.model.model_version import ResponseCallback
+from serve.log_settings import LogSettings, LogValue
+from serve.model.model_version import ModelVersion, ResponseCallback
 from serve.repository.manager import ModelRepository
 from serve.shared_memory.registry import SharedMemoryRegistry
 from serve.shared_memory.tensors import bind_regions, uses_shared_memory
+from serve.trace.tracer import Tracer
 
 SERVER_NAME = "autotune"
 EXTENSIONS = [
@@ -34,6 +36,9 @@ EXTENSIONS = [
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "system_shared_memory",
+    "trace",
+    "logging",
 ]
 
 
@@ -59,9 +64,20 @@ def _file_contents(key: str, value: Any) -> bytes:
 
 
 class DataPlane:
-    def __init__(self, repository: ModelRepository) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        *,
+        server_id: str = SERVER_NAME,
+        strict_readiness: bool = True,
+        log_settings: LogSettings | None = None,
+    ) -> None:
         self.repository = repository
         self.accepting = True
+        self.server_id = server_id
+        self.strict_readiness = strict_readiness
+        self.tracer = Tracer()
+        self.logs = log_settings or LogSettings()
         self.shared_memory = SharedMemoryRegistry()
 
     # -- health and metadata ------------------------------------------------------------------
@@ -70,10 +86,14 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        return self.accepting
+        """Strict readiness (tritonserver's default): ready only while every model the server
+        should serve is ready; otherwise ready while live and accepting."""
+        if not self.accepting:
+            return False
+        return not self.strict_readiness or self.repository.all_ready()
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": serve.__version__, "extensions": EXTENSIONS}
+        return {"name": self.server_id, "version": serve.__version__, "extensions": EXTENSIONS}
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -110,6 +130,19 @@ class DataPlane:
         if not self.accepting:
             raise ServeError.unavailable("the server is shutting down")
         model = self.repository.get(request.model_name, request.model_version)
+        if self.tracer.active:
+            on_done = self.tracer.attach(request, model.version, on_done)
+            try:
+                self._submit(model, request, on_done)
+            except BaseException:
+                self.tracer.detach(request)
+                raise
+            return
+        self._submit(model, request, on_done)
+
+    def _submit(
+        self, model: ModelVersion, request: InferRequest, on_done: ResponseCallback
+    ) -> None:
         if not uses_shared_memory(request):
             model.submit(request, on_done)
             return
@@ -160,6 +193,21 @@ class DataPlane:
 
     def cuda_shm_unregister(self, name: str = "") -> None:
         return None
+
+    # -- trace and log settings ---------------------------------------------------------------
+
+    def trace_setting(
+        self, model: str, update: dict[str, list[str] | None]
+    ) -> dict[str, list[str]]:
+        """Read (empty `update`) or change the trace settings of `model` ("" = global); values
+        are lists of strings, None clears a model's value back to the global one."""
+        if model and not self.repository.knows(model):
+            raise ServeError.not_found(f"Request for unknown model: '{model}' is not found")
+        return self.tracer.update(model, update) if update else self.tracer.setting(model)
+
+    def log_settings(self, update: dict[str, LogValue]) -> dict[str, LogValue]:
+        """Read (empty `update`) or change the logging settings."""
+        return self.logs.update(update)
 
     # -- statistics ---------------------------------------------------------------------------
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from serve.trace.request_trace import RequestTrace
 
 
 @dataclass(slots=True, frozen=True)
@@ -45,6 +48,7 @@ class InferRequest:
     id: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     arrival_ns: int = field(default_factory=time.monotonic_ns)
+    trace: RequestTrace | None = None  # set when this request is sampled for tracing
     # Inputs whose data lies in shared memory: name -> (shape, range). The DataPlane reads
     # them into `inputs` before the model sees the request.
     region_inputs: dict[str, tuple[tuple[int, ...], RegionSlice]] = field(default_factory=dict)

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,10 @@ from serve.dataplane import DataPlane
 from serve.grpc.endpoint import GrpcEndpoint
 from serve.http.app import build_http_app
 from serve.http.infer_route import InferRoute
+from serve.log_settings import LogSettings
 from serve.metrics.endpoint import build_metrics_app
 from serve.repository.manager import ControlMode, ModelRepository
+from serve.sockets import bind_tcp
 
 log = logging.getLogger("serve")
 
@@ -92,16 +93,6 @@ class _UvicornServer(uvicorn.Server):
         yield
 
 
-def bind_tcp(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
 class AsgiEndpoint:
     """An ASGI application under uvicorn (httptools, the running loop) on its own socket."""
 
@@ -113,6 +104,7 @@ class AsgiEndpoint:
             loop="none",
             http="httptools",
             lifespan="off",
+            log_config=None,  # uvicorn's loggers go through the server's (serve.log_settings)
             access_log=log_verbose > 1,
             log_level="info" if log_verbose else "warning",
             timeout_graceful_shutdown=30,
@@ -164,23 +156,35 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
     return endpoints
 
 
-def new_dataplane(options: ServerOptions) -> DataPlane:
+def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> DataPlane:
     repository = ModelRepository(
         options.model_repository, options.control_mode, options.poll_seconds
     )
-    return DataPlane(repository)
+    return DataPlane(
+        repository,
+        server_id=options.server_id,
+        strict_readiness=options.strict_readiness,
+        log_settings=logs,
+    )
 
 
-async def run_server(options: ServerOptions) -> None:
-    """Serve until a signal asks to stop; requests in flight are answered before returning."""
-    dataplane = new_dataplane(options)
+async def run_server(options: ServerOptions, logs: LogSettings | None = None) -> int:
+    """Serve until a signal asks to stop; requests in flight are answered before returning.
+    Returns the exit code: 1 when --exit-on-error is true and a model failed to load."""
+    dataplane = new_dataplane(options, logs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     started: list[Endpoint] = []
     try:
-        await dataplane.repository.start(options.load_models)
+        failed = await dataplane.repository.start(options.load_models)
+        if failed and options.exit_on_error:
+            log.error(
+                "failed to load all models (%s); exiting as --exit-on-error is true",
+                ", ".join(f"'{name}'" for name in failed),
+            )
+            return 1
         for endpoint in build_endpoints(options, dataplane):
             host, port = await endpoint.start()
             started.append(endpoint)
@@ -191,7 +195,10 @@ async def run_server(options: ServerOptions) -> None:
         for endpoint in reversed(started):
             await endpoint.stop()
         await dataplane.repository.close()
+        dataplane.shm_unregister()  # unmaps every region (the client's objects stay)
+        dataplane.tracer.close()  # writes the traces collected and not yet written
         log.info("server stopped")
+    return 0
 
 
 @contextlib.asynccontextmanager
@@ -207,21 +214,16 @@ async def open_http_app(options: ServerOptions) -> AsyncIterator[InferRoute]:
     finally:
         dataplane.accepting = False
         await dataplane.repository.close()
-
-
-def configure_logging(verbose: int) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose > 1 else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+        dataplane.shm_unregister()
+        dataplane.tracer.close()
 
 
 def serve_forever(options: ServerOptions) -> int:
-    """Run the server on uvloop; the exit code is 0 after a clean stop."""
+    """Run the server on uvloop; the exit code is 0 after a clean stop, 1 when
+    --exit-on-error stopped it."""
     import uvloop
 
-    configure_logging(options.log_verbose)
+    logs = LogSettings(verbose_level=options.log_verbose)
+    logs.install()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(run_server(options))
-    return 0
+        return runner.run(run_server(options, logs))

@@ -47,6 +47,9 @@ class BatchTimes:
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    # When the batch's execution began and ended (time.monotonic_ns; the worker sets them).
+    start_ns: int = 0
+    end_ns: int = 0
 
 
 @dataclass(slots=True)

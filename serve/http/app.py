@@ -16,6 +16,7 @@ from serve.dataplane import DataPlane
 from serve.errors import ServeError
 from serve.http.codec import encode_error
 from serve.http.infer_route import InferRoute
+from serve.http.settings_codec import log_update, trace_response, trace_update
 from serve.http.status import HTTP_STATUS
 
 
@@ -135,7 +136,30 @@ def build_control_plane(dataplane: DataPlane) -> FastAPI:
         return Response(status_code=200)
 
     _add_shared_memory_routes(app, dataplane)
+    _add_settings_routes(app, dataplane)
     return app
+
+
+def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
+    """Triton's trace and logging extensions: GET reads, POST changes and answers the
+    settings now in force."""
+
+    async def trace(model: str, request: Request) -> Response:
+        update = trace_update(await _json_body(request)) if request.method == "POST" else {}
+        return _json(trace_response(dataplane.trace_setting(model, update)))
+
+    @app.api_route("/v2/trace/setting", methods=["GET", "POST"])
+    async def global_trace(request: Request) -> Response:
+        return await trace("", request)
+
+    @app.api_route("/v2/models/{model}/trace/setting", methods=["GET", "POST"])
+    async def model_trace(model: str, request: Request) -> Response:
+        return await trace(model, request)
+
+    @app.api_route("/v2/logging", methods=["GET", "POST"])
+    async def logging_settings(request: Request) -> Response:
+        update = log_update(await _json_body(request)) if request.method == "POST" else {}
+        return _json(dataplane.log_settings(update))
 
 
 def _add_shared_memory_routes(app: FastAPI, dataplane: DataPlane) -> None:

@@ -71,20 +71,24 @@ class ModelRepository:
 
     # -- start-up and shutdown ----------------------------------------------------------------
 
-    async def start(self, load_models: list[str]) -> None:
-        """Load what the control mode asks for at start-up (failures are recorded, not raised)."""
+    async def start(self, load_models: list[str]) -> list[str]:
+        """Load what the control mode asks for at start-up; failures are logged and recorded,
+        not raised. Returns the names of the models that failed to load."""
         names = [d.name for d in model_directories(self.path)]
         if self.mode == ControlMode.EXPLICIT:
             names = names if "*" in load_models else load_models
-        await asyncio.gather(*(self._load_quietly(name) for name in names))
+        loaded = await asyncio.gather(*(self._load_quietly(name) for name in names))
         if self.mode == ControlMode.POLL:
             self._poller = asyncio.create_task(self._poll_forever())
+        return [name for name, ok in zip(names, loaded, strict=True) if not ok]
 
-    async def _load_quietly(self, name: str) -> None:
+    async def _load_quietly(self, name: str) -> bool:
         try:
             await self.load(name)
         except ServeError as exc:
-            log.error("failed to load '%s': %s", name, exc.message)
+            log.error("%s", exc.message)
+            return False
+        return True
 
     async def close(self) -> None:
         if self._poller is not None:
@@ -116,7 +120,14 @@ class ModelRepository:
             raise ServeError.not_found(f"failed to load '{name}': no such model in {self.path}")
         record = self._records.setdefault(name, ModelRecord(name))
         async with record.lock:
-            await self._load_locked(record, override, files)
+            try:
+                await self._load_locked(record, override, files)
+            except ServeError as exc:
+                raise _load_failure(name, exc) from None
+            except OSError as exc:  # e.g. a file sent with the request that cannot be written
+                raise ServeError.internal(
+                    f"failed to load '{name}': failed to poll from model repository: {exc}"
+                ) from None
 
     async def _load_locked(
         self, record: ModelRecord, override: mc.ModelConfig | None, files: dict[str, bytes] | None
@@ -132,7 +143,7 @@ class ModelRepository:
             scratch = await asyncio.to_thread(_write_scratch_model, name, files)
             model_dir = scratch
         elif not model_dir.is_dir():
-            raise ServeError.not_found(f"failed to load '{name}': no such model in {self.path}")
+            raise ServeError.not_found(f"no such model in {self.path}")
         try:
             fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
             config, versions, _ = await asyncio.to_thread(prepare_config, model_dir, override)
@@ -161,7 +172,7 @@ class ModelRepository:
                 record.states[version] = VersionState("READY")
             if not record.versions:
                 record.failure = "; ".join(errors)
-            raise ServeError.invalid(f"failed to load '{name}': {'; '.join(errors)}")
+            raise ServeError.invalid("; ".join(errors))
         previous = record.versions
         previous_scratch = record.scratch_dir
         record.versions = loaded
@@ -227,6 +238,24 @@ class ModelRepository:
             f"version {v}: {s.reason}" for v, s in sorted(record.states.items())
         )
         raise ServeError.unavailable(f"model '{name}' is not ready: {reason or 'not loaded'}")
+
+    def knows(self, name: str) -> bool:
+        """The model is in the repository (on disk, or loaded from a request)."""
+        record = self._records.get(name)
+        if record is not None and (record.versions or record.states or record.failure):
+            return True
+        return (self.path / name).is_dir()
+
+    def all_ready(self) -> bool:
+        """Every model the server was asked to serve has all its versions ready (versions
+        unloaded on purpose do not count), as tritonserver's strict readiness requires."""
+        for record in self._records.values():
+            if record.failure and not record.versions:
+                return False
+            for state in record.states.values():
+                if state.state != "READY" and state.reason != "unloaded":
+                    return False
+        return True
 
     def ready_versions(self, name: str) -> list[int]:
         record = self._records.get(name)
@@ -316,3 +345,11 @@ def _write_scratch_model(name: str, files: dict[str, bytes]) -> Path:
 def _discard(scratch: Path | None) -> None:
     if scratch is not None:
         shutil.rmtree(scratch.parent, ignore_errors=True)
+
+
+def _load_failure(name: str, exc: ServeError) -> ServeError:
+    """Every load failure says "failed to load '<name>'", as Triton's clients expect."""
+    prefix = f"failed to load '{name}'"
+    if exc.message.startswith(prefix):
+        return exc
+    return ServeError(exc.kind, f"{prefix}: {exc.message}")

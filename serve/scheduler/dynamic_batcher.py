@@ -226,6 +226,9 @@ class DynamicBatcher:
         succeeded = 0
         success_ns = queue_ns = 0
         for pending, result in zip(batch, results, strict=True):
+            trace = pending.request.trace
+            if trace is not None:
+                trace.compute(pending.enqueue_ns, pending.dispatch_ns, times)
             if isinstance(result, ServeError):
                 self._stats.record_failure(now - pending.enqueue_ns, FailureReason.BACKEND)
             else:

@@ -59,7 +59,7 @@ class InstanceWorker:
 
     def _execute(self, requests: Sequence[InferRequest]) -> tuple[list[RequestResult], BatchTimes]:
         times = BatchTimes()
-        start = time.perf_counter_ns()
+        start = times.start_ns = time.monotonic_ns()
         try:
             results = self.instance.execute(requests, times)
             if len(results) != len(requests):
@@ -72,7 +72,8 @@ class InstanceWorker:
         except Exception as exc:  # a backend bug must fail its batch, not the server
             error = ServeError.internal(f"{self.name}: {type(exc).__name__}: {exc}")
             results = [error] * len(requests)
-        elapsed = time.perf_counter_ns() - start
+        times.end_ns = time.monotonic_ns()
+        elapsed = times.end_ns - start
         recent = self._recent_ns
         self._recent_ns = elapsed if recent is None else recent + _SMOOTHING * (elapsed - recent)
         self._busy.clear()

@@ -1,0 +1,1 @@
+"""Request tracing (Triton's trace extension): settings, sampling, trace files."""
