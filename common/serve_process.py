@@ -1,5 +1,6 @@
-"""A private `autotune serve` process on a free loopback port, as the tuner, the gate and the
-tests run it: started, its address read from its log, stopped; it dies with its parent."""
+"""A private `autotune serve` process on free loopback ports, as the tuner, the gate and the
+tests run it: started, its addresses (HTTP, gRPC) read from its log, stopped; it dies with its
+parent."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 _STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
+GRPC_SERVICE = "GRPCInferenceService"
 
 
 class ServeProcessError(RuntimeError):
@@ -73,6 +75,28 @@ def start_serve_process(
         time.sleep(0.05)
     stop_serve_process(process)
     raise ServeProcessError(f"the server on {repository} did not start:\n{log_tail(log_path)}")
+
+
+def service_address(
+    log_path: Path,
+    process: subprocess.Popen[bytes],
+    service: str = GRPC_SERVICE,
+    timeout_s: float = 30.0,
+) -> str:
+    """host:port of another endpoint of a server `start_serve_process` started, from its
+    "Started <service> at host:port" log line (endpoints start one after another, so it may
+    follow the HTTP line); ServeProcessError when the line does not come."""
+    started = re.compile(rf"Started {re.escape(service)} at ([0-9.]+):(\d+)")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        match = started.search(log_path.read_text(errors="replace"))
+        if match:
+            return f"{match.group(1)}:{match.group(2)}"
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise ServeProcessError(
+                f"the server logged no {service} endpoint:\n{log_tail(log_path)}"
+            )
+        time.sleep(0.05)
 
 
 def stop_serve_process(

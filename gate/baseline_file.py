@@ -4,7 +4,7 @@
 {"schema": 2, "kind": "autotune-perf-baseline", "recorded_at": ISO-8601 UTC,
  "machine": {...describe_machine()...},
  "settings": {"measurement_interval_ms", "stability_percentage", "max_trials",
-              "warmup_request_count", "batch_size", "repeats", "statistic"},
+              "warmup_request_count", "batch_size", "repeats", "statistic", "protocol"},
  "models": [{"name", "version", "config_sha256",
              "loads": [{"concurrency", "throughput", "p50_us", "p95_us", "p99_us",
                         "avg_us", "request_count", "error_count", "stable"}]}]}
@@ -12,7 +12,8 @@
 
 Each load's metrics are `statistic` ("median") over `repeats` runs; the gate measures as many
 runs and compares the same statistic. Schema 1 files (settings.baseline_repeats, no statistic)
-recorded the median as well and are read as such.
+recorded the median as well and are read as such. `protocol` ("http" or "grpc", what the load
+spoke) is "http" when absent (baselines recorded before gRPC).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ KIND = "autotune-perf-baseline"
 DEFAULT_INTERVAL_MS = 1000
 MEDIAN = "median"
 STATISTICS = (MEDIAN,)  # what a baseline may record: the gate computes the same one
+PROTOCOLS = ("http", "grpc")
 
 
 class BaselineError(Exception):
@@ -47,6 +49,7 @@ class GateSettings:
     batch_size: int = 1
     repeats: int = 1  # runs per load, summed up by `statistic`, on both sides of the gate
     statistic: str = MEDIAN
+    protocol: str = "http"  # what the load speaks (perf's -i): http | grpc
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,9 @@ def _settings(settings: dict[str, Any], schema: int) -> GateSettings:
                 f"settings.statistic is {statistic!r}; this autotune records and compares "
                 f"{' or '.join(repr(s) for s in STATISTICS)}"
             )
+    protocol = _str(settings.get("protocol", "http"), "settings.protocol")
+    if protocol not in PROTOCOLS:
+        raise _Invalid(f"settings.protocol is {protocol!r}; expected 'http' or 'grpc'")
     return GateSettings(
         measurement_interval_ms=int(
             _number(settings.get("measurement_interval_ms"), "settings.measurement_interval_ms")
@@ -165,6 +171,7 @@ def _settings(settings: dict[str, Any], schema: int) -> GateSettings:
         batch_size=int(_number(settings.get("batch_size"), "settings.batch_size")),
         repeats=_whole(repeats, repeats_where),
         statistic=statistic,
+        protocol=protocol,
     )
 
 

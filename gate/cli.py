@@ -83,7 +83,10 @@ _repository_option = click.option(
     show_default=True,
     help="Repository to serve (a private server on a free loopback port) unless --url is given.",
 )
-_url_option = click.option("--url", help="host:port of a running server to measure instead.")
+_url_option = click.option(
+    "--url",
+    help="host:port of a running server to measure instead (its gRPC endpoint with -i grpc).",
+)
 
 
 @click.command("baseline")
@@ -119,6 +122,14 @@ _url_option = click.option("--url", help="host:port of a running server to measu
     help="Runs per load; the median of each metric is recorded (the gate measures as many).",
 )
 @_url_option
+@click.option(
+    "-i",
+    "--protocol",
+    type=click.Choice(["http", "grpc"]),
+    default="http",
+    show_default=True,
+    help="Protocol the load speaks (perf's -i); recorded, and the gate speaks it too.",
+)
 def baseline_command(
     out: Path,
     models: tuple[str, ...],
@@ -127,6 +138,7 @@ def baseline_command(
     measurement_interval: int,
     repeats: int,
     url: str | None,
+    protocol: str,
 ) -> None:
     """Record throughput and p50/p95/p99 latency of each model at fixed loads.
 
@@ -138,11 +150,13 @@ def baseline_command(
     Exit codes: 0 written, 2 usage or environment error.
     """
     wanted = list(models) if url else _local_models(model_repository, models)
-    settings = GateSettings(measurement_interval_ms=measurement_interval, repeats=repeats)
+    settings = GateSettings(
+        measurement_interval_ms=measurement_interval, repeats=repeats, protocol=protocol
+    )
     try:
-        with served(url, model_repository, wanted) as address:
+        with served(url, model_repository, wanted, protocol) as address:
             baseline = record_baseline(
-                address, survey(address, wanted), concurrencies, settings, click.echo
+                address, survey(address, wanted, protocol), concurrencies, settings, click.echo
             )
     except (TargetError, AnalyzerError) as exc:
         _fail(str(exc))
@@ -234,8 +248,8 @@ def gate_command(
     if not url:
         _local_models(model_repository, wanted, f" of {baseline_path}")
     try:
-        with served(url, model_repository, wanted) as address:
-            targets = survey(address, wanted)
+        with served(url, model_repository, wanted, settings.protocol) as address:
+            targets = survey(address, wanted, settings.protocol)
             outcome = run_gate(address, baseline, targets, limits, retries, click.echo)
     except (TargetError, AnalyzerError) as exc:
         _fail(str(exc))

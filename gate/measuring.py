@@ -17,7 +17,13 @@ def measure_point(url: str, model: str, concurrency: int, settings: GateSettings
     """Measure `model` at `concurrency`. A measurement that fails (typically a window in which
     no request completed, on a stalled machine) is tried once more; AnalyzerError, naming the
     model and load, when that fails too."""
-    options = LoadOptions(url=url, model=model, batch_size=settings.batch_size, worker_processes=1)
+    options = LoadOptions(
+        url=url,
+        model=model,
+        protocol=settings.protocol,
+        batch_size=settings.batch_size,
+        worker_processes=1,
+    )
     measure_settings = MeasureSettings(
         measurement_interval_ms=settings.measurement_interval_ms,
         stability_percentage=settings.stability_percentage,

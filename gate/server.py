@@ -1,5 +1,6 @@
 """The server the baseline and the gate measure: one at --url, or our own on the repository
-(a free loopback port, only the models asked for loaded), and what it serves."""
+(free loopback ports, only the models asked for loaded), and what it serves; over HTTP or
+gRPC (the address is that protocol's endpoint)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
 from analyzer.api import AnalyzerError
 from common.serve_process import (
     ServeProcessError,
     log_tail,
+    service_address,
     start_serve_process,
     stop_serve_process,
 )
-from protocol.client.http import HttpClient
+from protocol.client.control import ControlClient, open_client
 from protocol.errors import ClientError
 from serve.api import ServeError, model_names
 
@@ -48,9 +48,12 @@ def models_on_disk(repository: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def served(url: str | None, repository: Path, models: Sequence[str]) -> Iterator[str]:
-    """Yield the host:port to measure: `url` as given, or a server of ours started on
-    `repository` with `models` loaded (all of them when empty), stopped on exit."""
+def served(
+    url: str | None, repository: Path, models: Sequence[str], protocol: str = "http"
+) -> Iterator[str]:
+    """Yield the host:port to measure: `url` as given, or the `protocol` endpoint of a server
+    of ours started on `repository` with `models` loaded (all of them when empty), stopped on
+    exit."""
     if url:
         yield url
         return
@@ -58,6 +61,11 @@ def served(url: str | None, repository: Path, models: Sequence[str]) -> Iterator
         log_path = Path(scratch) / "server.log"
         process, address = _start(repository, models, log_path)
         try:
+            if protocol == "grpc":
+                try:
+                    address = service_address(log_path, process)
+                except ServeProcessError as exc:
+                    raise TargetError(str(exc)) from None
             yield address
         except AnalyzerError as exc:
             if process.poll() is None:
@@ -83,17 +91,18 @@ def _start(
         raise TargetError(str(exc)) from None
 
 
-def survey(url: str, names: Sequence[str]) -> list[ServedModel]:
-    """The models `names` (every ready model when empty) as the server at `url` serves them;
-    TargetError when it is unreachable or a model is missing or not ready."""
+def survey(url: str, names: Sequence[str], protocol: str = "http") -> list[ServedModel]:
+    """The models `names` (every ready model when empty) as the server at `url` serves them
+    (asked over `protocol`); TargetError when it is unreachable or a model is missing or not
+    ready."""
     try:
-        return asyncio.run(_survey(url, names))
+        return asyncio.run(_survey(url, names, protocol))
     except ClientError as exc:
         raise TargetError(str(exc)) from None
 
 
-async def _survey(url: str, names: Sequence[str]) -> list[ServedModel]:
-    client = HttpClient(url)
+async def _survey(url: str, names: Sequence[str], protocol: str) -> list[ServedModel]:
+    client = open_client(protocol, url)
     try:
         await client.server_metadata()
         states = await _index(client)
@@ -113,15 +122,10 @@ async def _survey(url: str, names: Sequence[str]) -> list[ServedModel]:
         await client.close()
 
 
-async def _index(client: HttpClient) -> dict[str, tuple[str, str, str]]:
+async def _index(client: ControlClient) -> dict[str, tuple[str, str, str]]:
     """name -> (state, reason, highest ready version) from the repository index."""
-    status, body = await client.request("POST", "/v2/repository/index", b"{}")
-    if status != 200:
-        raise TargetError(
-            f"the server at {client.endpoint.address} refused the repository index: HTTP {status}"
-        )
     states: dict[str, tuple[str, str, str]] = {}
-    for entry in orjson.loads(body):
+    for entry in await client.repository_index():
         name = str(entry.get("name", ""))
         state = str(entry.get("state", "")) or "UNLOADED"
         version = str(entry.get("version", ""))

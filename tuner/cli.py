@@ -126,6 +126,14 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     show_default=True,
     help="Measurement window of each load level, ms (perf's -p).",
 )
+@click.option(
+    "-i",
+    "--protocol",
+    type=click.Choice(["http", "grpc"]),
+    default="http",
+    show_default=True,
+    help="Protocol the measurements' load speaks to the tuning server (perf's -i).",
+)
 @click.option("--storage", help="Optuna storage URL (default: sqlite in the report folder).")
 @click.option("--study-name", help="Study name (default: from the model and the budget).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -158,6 +166,7 @@ def main(
     max_accuracy_drop: float,
     validation_data: Path | None,
     measurement_interval: int,
+    protocol: str,
     storage: str | None,
     study_name: str | None,
     seed: int,
@@ -201,7 +210,8 @@ def main(
         output_repository=output_repository,
         report_dir=report_dir,
         evaluation=EvaluationSettings(
-            measure=replace(TRIAL_MEASUREMENT, measurement_interval_ms=measurement_interval)
+            measure=replace(TRIAL_MEASUREMENT, measurement_interval_ms=measurement_interval),
+            protocol=protocol,
         ),
     )
     sys.exit(run_tuning(options))

@@ -37,6 +37,7 @@ class EvaluationSettings:
     max_concurrency: int = 128
     binary_steps: int = 2
     input_data: str = "random"
+    protocol: str = "http"  # what the load speaks: http | grpc
 
 
 class TrialEvaluator:
@@ -80,8 +81,13 @@ class TrialEvaluator:
     def measure(self) -> TrialOutcome:
         """Search the highest load within the budget for the config loaded now."""
         budget = self._budget
+        try:
+            url = self._server.url_for(self._settings.protocol)
+        except ServerError as exc:
+            return TrialOutcome.failed(f"measurement failed: {exc}")
         options = LoadOptions(
-            url=self._server.url,
+            url=url,
+            protocol=self._settings.protocol,
             model=self._server.model_name,
             input_data=[self._settings.input_data],
             worker_processes=1,

@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from common.serve_process import (
     ServeProcessError,
     log_tail,
+    service_address,
     start_serve_process,
     stop_serve_process,
 )
@@ -55,7 +56,8 @@ class TuningServer:
         self._failure_log = failure_log  # where the log is kept when the server does not start
         self._timeout = startup_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
-        self.url = ""
+        self.url = ""  # HTTP host:port
+        self._grpc_url = ""
         self._link_model()
 
     def _link_model(self) -> None:
@@ -93,6 +95,19 @@ class TuningServer:
                 reason += f" (its log: {self._failure_log})"
             self.stop()
             raise ServerError(f"the tuning server did not start: {reason}") from None
+
+    def url_for(self, protocol: str) -> str:
+        """host:port of the endpoint of `protocol` ("http" or "grpc")."""
+        if protocol != "grpc":
+            return self.url
+        if not self._grpc_url:
+            if self._process is None:
+                raise ServerError("the tuning server is not running")
+            try:
+                self._grpc_url = service_address(self._log_path, self._process)
+            except ServeProcessError as exc:
+                raise ServerError(str(exc)) from None
+        return self._grpc_url
 
     def load(self, config: mc.ModelConfig) -> None:
         """Load (or reload) the model with `config`; ServerError with the server's reason."""
