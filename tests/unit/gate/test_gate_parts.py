@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,7 @@ def test_baseline_round_trips(tmp_path: Path) -> None:
         (lambda d: d["models"][0]["loads"][1].update(p95_us=-1), "models[0].loads[1].p95_us"),
         (lambda d: d["models"][0].update(name=""), "models[0].name"),
         (lambda d: d["settings"].update(batch_size="1"), "settings.batch_size must be a number"),
+        (lambda d: d["settings"].update(protocol="udp"), "settings.protocol is 'udp'"),
     ],
 )
 def test_malformed_baseline_names_the_file_and_field(
@@ -194,6 +196,18 @@ def test_malformed_baseline_names_the_file_and_field(
     with pytest.raises(BaselineError) as caught:
         read_baseline(path)
     assert str(path) in str(caught.value) and problem in str(caught.value)
+
+
+def test_baseline_records_the_protocol_and_reads_http_when_absent(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    grpc_baseline = replace(_baseline(), settings=replace(_baseline().settings, protocol="grpc"))
+    write_baseline(path, grpc_baseline)
+    assert json.loads(path.read_text())["settings"]["protocol"] == "grpc"
+    assert read_baseline(path).settings.protocol == "grpc"
+    document = _baseline().to_json()
+    del document["settings"]["protocol"]  # recorded before gRPC
+    path.write_text(json.dumps(document))
+    assert read_baseline(path).settings.protocol == "http"
 
 
 def _schema_1(document: dict[str, Any], repeats: int | None) -> dict[str, Any]:
