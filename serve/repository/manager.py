@@ -202,6 +202,7 @@ class ModelRepository:
             for version in versions:
                 record.states[version] = VersionState("UNLOADING")
             record.versions = {}
+            record.failure = ""  # unloaded on purpose: no longer a model that should be ready
             await asyncio.gather(*(v.unload() for v in versions.values()))
             for version in versions:
                 record.states[version] = VersionState("UNAVAILABLE", "unloaded")

@@ -73,7 +73,8 @@ def test_warmup_runs_before_ready_and_bad_warmup_is_unavailable(tmp_path: Path) 
                 "dims: [2] zero", "dims: [5] zero"
             )
         (model_dir / "config.pbtxt").write_text(config + extra)
-    server = _server(tmp_path, repository)
+    # bad_warmup never loads: only a server without strict readiness becomes ready
+    server = _server(tmp_path, repository, "--strict-readiness", "false")
     try:
         assert log.read_text().splitlines() == ["1 warmup:zeros", "1 warmup:zeros"]
         client = httpclient.InferenceServerClient(server.url)

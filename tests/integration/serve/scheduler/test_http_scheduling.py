@@ -52,7 +52,8 @@ def scheduling_server(make_repository: RepositoryFactory, tmp_path: Path):
     repository = make_repository(
         {"batched": SIMPLE_WITH_DELAY, "slow_py": SLOW_PYTHON_SMALL_QUEUE, "broken": BROKEN}
     )
-    running = start_server(repository, tmp_path / "server.log")
+    # "broken" never loads: with strict readiness (the default) the server would never be ready
+    running = start_server(repository, tmp_path / "server.log", "--strict-readiness", "false")
     try:
         yield running
     finally:
@@ -124,6 +125,7 @@ def test_queue_full_is_503(scheduling_server: RunningServer) -> None:
 
 def test_broken_config_leaves_other_models_serving(scheduling_server: RunningServer) -> None:
     client = httpclient.InferenceServerClient(scheduling_server.url)
+    assert client.is_server_ready()  # --strict-readiness false: ready while live
     assert not client.is_model_ready("broken")
     index = {e["name"]: e for e in client.get_model_repository_index()}
     assert index["broken"]["state"] == "UNAVAILABLE"
