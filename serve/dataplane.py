@@ -234,15 +234,18 @@ class DataPlane:
         self.repository.check_control()
         override = None
         files: dict[str, bytes] = {}
-        for key, value in (parameters or {}).items():
-            if key == "config":
-                if not isinstance(value, str):
-                    raise ServeError.invalid("load parameter 'config' must be a JSON string")
-                override = config_from_json(value, f"config override for model '{name}'")
-            elif key.startswith("file:"):
-                files[key.removeprefix("file:")] = _file_contents(key, value)
-            else:
-                raise ServeError.invalid(f"unknown load parameter '{key}'")
+        try:
+            for key, value in (parameters or {}).items():
+                if key == "config":
+                    if not isinstance(value, str):
+                        raise ServeError.invalid("load parameter 'config' must be a JSON string")
+                    override = config_from_json(value, "its config override")
+                elif key.startswith("file:"):
+                    files[key.removeprefix("file:")] = _file_contents(key, value)
+                else:
+                    raise ServeError.invalid(f"unknown load parameter '{key}'")
+        except ServeError as exc:  # worded as Triton's clients expect a failed load
+            raise ServeError(exc.kind, f"failed to load '{name}': {exc.message}") from None
         await self.repository.load(name, override, files or None)
 
     async def unload_model(self, name: str) -> None:
