@@ -198,10 +198,6 @@ class Tracer:
         trace.core_held = True
         trace.hold()
         trace.stamp("REQUEST_START")
-        if trace.tensors_on:
-            for name, array in request.inputs.items():
-                datatype = request.input_datatypes.get(name) or wire_datatype(array.dtype)
-                trace.tensor("TENSOR_QUEUE_INPUT", name, datatype, array)
         return lambda result: self._complete(request, trace, result, on_done)
 
     @staticmethod
@@ -211,6 +207,11 @@ class Tracer:
         result: InferResponse | ServeError,
         on_done: Completion,
     ) -> None:
+        if trace.tensors_on:
+            # Inputs are recorded here, once shared-memory inputs have been read in as well.
+            for name, array in request.inputs.items():
+                datatype = request.input_datatypes.get(name) or wire_datatype(array.dtype)
+                trace.tensor("TENSOR_QUEUE_INPUT", name, datatype, array)
         if trace.tensors_on and not isinstance(result, ServeError):
             for output in result.outputs:
                 trace.tensor("TENSOR_BACKEND_OUTPUT", output.name, output.datatype, output.data)
