@@ -74,6 +74,14 @@ def _apply(flags: list[Any]) -> Any:
     show_default=True,
     help="Largest gRPC message received or sent.",
 )
+@click.option(
+    "--grpc-front-end",
+    type=click.Choice(["native", "grpcio"]),
+    default="native",
+    show_default=True,
+    help="native: gRPC framed by this server on asyncio (the fast path); grpcio: grpcio's "
+    "own server.",
+)
 @_apply(_endpoint_flags("metrics", 8002, "Prometheus metrics (/metrics)"))
 @click.option(
     "--metrics-address",
@@ -141,6 +149,7 @@ def serve_command(
     grpc_port: int,
     grpc_address: str,
     grpc_max_message_bytes: int,
+    grpc_front_end: str,
     allow_metrics: bool,
     metrics_port: int,
     metrics_address: str,
@@ -164,6 +173,7 @@ def serve_command(
         grpc=EndpointOptions(allow_grpc, grpc_address, grpc_port),
         metrics=EndpointOptions(allow_metrics, metrics_address, metrics_port),
         grpc_max_message_bytes=grpc_max_message_bytes,
+        grpc_front_end=grpc_front_end,
         server_id=server_id,
         control_mode=mode,
         load_models=list(load_models),

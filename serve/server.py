@@ -22,6 +22,7 @@ import uvicorn
 
 from serve.dataplane import DataPlane
 from serve.grpc.endpoint import GrpcEndpoint
+from serve.grpc.native import NativeGrpcEndpoint
 from serve.http.app import build_http_app
 from serve.http.infer_route import InferRoute
 from serve.log_settings import LogSettings
@@ -61,6 +62,9 @@ class ServerOptions:
         default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8002)
     )
     grpc_max_message_bytes: int = DEFAULT_GRPC_MESSAGE_BYTES
+    # "native": gRPC framed on asyncio (serve.grpc.http2), ~3x grpcio's server here;
+    # "grpcio": grpcio's own server (grpc.aio).
+    grpc_front_end: str = "native"
     server_id: str = "autotune"  # the name in server metadata (tritonserver --id)
     control_mode: ControlMode = ControlMode.NONE
     load_models: list[str] = field(default_factory=list)
@@ -145,8 +149,9 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
         endpoints.append(AsgiEndpoint("HTTPService", app, options.http, options.log_verbose))
     if options.grpc.enabled:
         grpc = options.grpc
+        front_end = NativeGrpcEndpoint if options.grpc_front_end == "native" else GrpcEndpoint
         endpoints.append(
-            GrpcEndpoint(dataplane, grpc.address, grpc.port, options.grpc_max_message_bytes)
+            front_end(dataplane, grpc.address, grpc.port, options.grpc_max_message_bytes)
         )
     if options.metrics.enabled:
         metrics = build_metrics_app(dataplane.repository.loaded)
