@@ -23,13 +23,16 @@ def _inputs() -> list[grpcclient.InferInput]:
     return [tensor]
 
 
-def test_sigterm_answers_calls_in_flight(tmp_path: Path) -> None:
+@pytest.mark.parametrize("front_end", ["native", "grpcio"])
+def test_sigterm_answers_calls_in_flight(tmp_path: Path, front_end: str) -> None:
     marker = tmp_path / "execute-started"
     model_dir = tmp_path / "repository" / "slow_py"
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "config.pbtxt").write_text(CONFIG % marker)
     (model_dir / "1" / "model.py").write_text(MODEL)
-    server = start_server(tmp_path / "repository", tmp_path / "server.log")
+    server = start_server(
+        tmp_path / "repository", tmp_path / "server.log", "--grpc-front-end", front_end
+    )
     answers: queue.Queue[tuple[object, object]] = queue.Queue()
     unary: queue.Queue[tuple[object, object]] = queue.Queue()
     try:
