@@ -164,8 +164,8 @@ def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
 
 
 @contextmanager
-def ours(repository: Path, log: Path) -> Iterator[Server]:
-    process, http_url = start_serve_process(repository, log, timeout_s=START_TIMEOUT_S)
+def ours(repository: Path, log: Path, extra: Sequence[str]) -> Iterator[Server]:
+    process, http_url = start_serve_process(repository, log, extra, timeout_s=START_TIMEOUT_S)
     try:
         urls = {"http": http_url}
         pattern = re.compile(r"Started GRPCInferenceService at ([0-9.]+):(\d+)")
@@ -290,12 +290,22 @@ def main() -> None:
         default="onnxruntime",
         help="our `simple` as bundled (onnxruntime) or as the same python model as Triton's",
     )
+    parser.add_argument(
+        "--ours-flag",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="a flag for our server, e.g. --ours-flag=--grpc-front-end=grpcio (repeatable)",
+    )
     args = parser.parse_args()
 
     binary = install("install_perf_analyzer.sh")
     wrapper = install("install_triton_peer.sh")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
-    print(f"ours: {revision()}, `simple` on {args.ours_backend}; triton 2.51: python backend")
+    flags = " ".join(args.ours_flag) or "no extra flags"
+    print(
+        f"ours: {revision()}, `simple` on {args.ours_backend}, {flags}; triton 2.51: python backend"
+    )
     runs: list[Run] = []
     with tempfile.TemporaryDirectory() as scratch_name, ExitStack() as stack:
         scratch = Path(scratch_name)
@@ -308,7 +318,7 @@ def main() -> None:
         python_model(source, peer_repository / MODEL)
 
         servers = [
-            stack.enter_context(ours(ours_repository, scratch / "ours.log")),
+            stack.enter_context(ours(ours_repository, scratch / "ours.log", args.ours_flag)),
             stack.enter_context(triton(wrapper, peer_repository, scratch / "triton.log")),
         ]
         for server in servers:
