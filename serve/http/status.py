@@ -1,4 +1,4 @@
-"""The one place where domain errors become HTTP statuses."""
+"""The one place where domain errors become HTTP statuses, as tritonserver answers them."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from serve.errors import ErrorKind
 
 HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.INVALID_ARGUMENT: 400,
-    ErrorKind.UNSUPPORTED: 400,
+    ErrorKind.UNSUPPORTED: 501,
     ErrorKind.NOT_FOUND: 404,
-    ErrorKind.ALREADY_EXISTS: 409,
+    ErrorKind.ALREADY_EXISTS: 400,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.INTERNAL: 500,
 }

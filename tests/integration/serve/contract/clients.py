@@ -28,13 +28,11 @@ from serve.errors import ErrorKind
 
 TRANSPORTS = ("http", "grpc", "grpc_aio")
 
-# This server answers an unsupported request with 400 where Triton answers 501: either stands
-# for it here.
+# Statuses as tritonserver's HTTP front end answers them (400 also for an existing name).
 HTTP_KINDS = {
-    "400": frozenset({ErrorKind.INVALID_ARGUMENT, ErrorKind.UNSUPPORTED}),
+    "400": frozenset({ErrorKind.INVALID_ARGUMENT, ErrorKind.ALREADY_EXISTS}),
     "501": frozenset({ErrorKind.UNSUPPORTED}),
     "404": frozenset({ErrorKind.NOT_FOUND}),
-    "409": frozenset({ErrorKind.ALREADY_EXISTS}),
     "500": frozenset({ErrorKind.INTERNAL}),
     "503": frozenset({ErrorKind.UNAVAILABLE}),
 }
