@@ -134,8 +134,8 @@ class _Caller:
 
     def connect_failed(self, reason: str) -> None:
         """The channel did not connect: a request in flight fails now with `reason`."""
+        self.was_open = False  # before close() reports: the owner then backs off
         self.close(f"cannot reach the server at {self._address}: {reason}")
-        self.was_open = False
 
     def close(self, reason: str = "") -> None:
         raise NotImplementedError

@@ -14,7 +14,7 @@ from tests.e2e.conftest import autotune
 FAST = ("--measurement-interval", "1000", "--seed", "1")
 
 
-def test_tuning_over_grpc_measures_every_trial(
+def test_tuning_over_grpc_measures_the_config_as_written(
     tmp_path: Path, repository_with: Callable[..., Path]
 ) -> None:
     repository = repository_with("digits")  # as bundled: well within 20 ms

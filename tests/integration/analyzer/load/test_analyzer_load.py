@@ -95,7 +95,8 @@ def test_connect_describes_the_model(server: RunningServer) -> None:
     [
         ({"model": "nope"}, "model 'nope' is not known to the server at .*: .*nope"),
         ({"version": "7"}, "model 'simple' version '7' is not known to the server"),
-        ({"protocol": "grpc"}, r"gRPC \(-i grpc\) is not supported by this analyzer yet"),
+        # gRPC at the HTTP port: no gRPC server answers there.
+        ({"protocol": "grpc"}, r"cannot reach the server at 127\.0\.0\.1:\d+ \(gRPC\)"),
         ({"batch_size": 9}, "-b 9 exceeds the max_batch_size 8 of model 'simple'"),
     ],
 )
