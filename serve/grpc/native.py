@@ -108,10 +108,15 @@ class _Infer:
         if isinstance(result, ServeError):
             call.finish(_code(result), result.message)
             return
+        trace = request.trace  # still open while the completion callback runs
+        if trace is not None:
+            trace.stamp("GRPC_SEND_START")
         try:
             call.respond(encode_infer_response(result, request).SerializeToString())
         except ServeError as exc:
             call.finish(_code(exc), exc.message)
+        if trace is not None:
+            trace.stamp("GRPC_SEND_END")
 
 
 class _Stream:

@@ -193,6 +193,7 @@ def test_trace_setting_over_grpc(
         names = [name for name, _ in trace["stamps"]]
         assert names[0] == "REQUEST_START" or names[0].startswith("GRPC_")
         assert "COMPUTE_START" in names and "REQUEST_END" in names
+        assert names.index("GRPC_SEND_START") < names.index("GRPC_SEND_END")
         stamps = [ns for _, ns in trace["stamps"]]
         assert stamps == sorted(stamps)
     with pytest.raises(InferenceServerException) as missing:
