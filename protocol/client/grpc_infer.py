@@ -138,6 +138,7 @@ class _Caller:
         self.close(f"cannot reach the server at {self._address}: {reason}")
 
     def close(self, reason: str = "") -> None:
+        """Close; a request in flight fails now with `reason`."""
         raise NotImplementedError
 
     def _finish(self, ok: bool, error: str) -> None:
@@ -162,6 +163,7 @@ class UnaryCaller(_Caller):
         self._method = channel.unary_unary(MODEL_INFER)  # bytes in, bytes out
         self._metadata = metadata
         self._call: grpc.aio.UnaryUnaryCall[Any, Any] | None = None
+        self._waiter: asyncio.Task[None] | None = None  # held: the loop keeps weak references
 
     def send(self, request: bytes) -> None:
         if self._closed:
@@ -171,7 +173,7 @@ class UnaryCaller(_Caller):
         self._call = self._method(request, metadata=self._metadata or None)
         self._send_ns = perf_counter_ns() - start
         self._start = start
-        asyncio.get_running_loop().create_task(self._complete(self._call))
+        self._waiter = asyncio.get_running_loop().create_task(self._complete(self._call))
 
     def close(self, reason: str = "") -> None:
         self._closed = True
