@@ -51,7 +51,8 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 async def ours(url: str, concurrency: int, seconds: float) -> tuple[float, float]:
     options = LoadOptions(url=url, model="simple", worker_processes=1)
-    driver, _, client = await connect(options)
+    connected = await connect(options)
+    driver = connected.driver
     await driver.start(LoadLevel(concurrency=concurrency))
     await asyncio.sleep(1.0)  # warm up
     await driver.collect()
@@ -61,7 +62,7 @@ async def ours(url: str, concurrency: int, seconds: float) -> tuple[float, float
     count = await served(url) - count_before
     cpu, elapsed = cpu_seconds(me) - cpu_before, time.perf_counter() - start
     await driver.stop()
-    await client.close()
+    await connected.close()
     return count / elapsed, cpu / count
 
 
