@@ -97,9 +97,7 @@ class _ScriptedServer:
         self._thread.join(10)
 
     def _run(self) -> None:
-        server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, "127.0.0.1", 0)
-        )
+        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
@@ -115,8 +113,7 @@ class _ScriptedServer:
             self.seen.append((method, path, body))
             status, answer = self.answers.get(path, (404, b'{"error":"no such route"}'))
             writer.write(
-                f"HTTP/1.1 {status} X\r\nContent-Length: {len(answer)}\r\n\r\n".encode()
-                + answer
+                f"HTTP/1.1 {status} X\r\nContent-Length: {len(answer)}\r\n\r\n".encode() + answer
             )
             await writer.drain()
 
