@@ -11,7 +11,8 @@ class ProtocolError(ValueError):
 
 class ClientError(Exception):
     """A client call failed: the server is unreachable, timed out, refused the call (`status`
-    is then its HTTP status) or answered something that is not the protocol."""
+    is then its HTTP status; over gRPC the HTTP status Triton gives the same error) or answered
+    something that is not the protocol."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
