@@ -28,7 +28,7 @@ CHANNEL_OPTIONS = (("grpc.max_send_message_length", -1), ("grpc.max_receive_mess
 _HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.ALREADY_EXISTS: 400,
     grpc.StatusCode.FAILED_PRECONDITION: 400,
     grpc.StatusCode.UNIMPLEMENTED: 501,
     grpc.StatusCode.UNAVAILABLE: 503,
@@ -57,14 +57,17 @@ def rpc_error_message(exc: grpc.aio.AioRpcError | grpc.RpcError) -> str:
     return str(details) if details else name
 
 
-def is_transport_failure(exc: grpc.aio.AioRpcError) -> bool:
+def is_transport_failure(exc: grpc.aio.AioRpcError, channel: grpc.aio.Channel | None) -> bool:
     """True when the call failed in transit (no server, connection lost, deadline), not
-    because a server refused it."""
+    because a server refused it. A server's own UNAVAILABLE (model not ready, queue full)
+    leaves the channel connected; grpc's (refused, reset, GOAWAY) does not. The headers do not
+    tell them apart: servers answer errors trailers-only, with no initial metadata."""
     code = exc.code()
     if code in _TRANSPORT_CODES:
         return True
-    # grpc's own UNAVAILABLE (refused, reset) carries no initial metadata from a server.
-    return code == grpc.StatusCode.UNAVAILABLE and not exc.initial_metadata()
+    if code != grpc.StatusCode.UNAVAILABLE:
+        return False
+    return channel is None or channel.get_state() != grpc.ChannelConnectivity.READY
 
 
 class GrpcClient:
@@ -169,7 +172,7 @@ class GrpcClient:
             return ClientError(
                 f"the server at {address} did not answer {method} within {self._timeout_s:g} s"
             )
-        if is_transport_failure(exc):
+        if is_transport_failure(exc, self._channel):
             return ClientError(f"cannot reach the server at {address} (gRPC): {message}")
         status = _HTTP_STATUS.get(exc.code(), 500)
         if what.startswith("model") and status in (400, 404):

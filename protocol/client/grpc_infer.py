@@ -160,6 +160,7 @@ class UnaryCaller(_Caller):
         on_done: Callback,
     ) -> None:
         super().__init__(address, on_done)
+        self._channel = channel
         self._method = channel.unary_unary(MODEL_INFER)  # bytes in, bytes out
         self._metadata = metadata
         self._call: grpc.aio.UnaryUnaryCall[Any, Any] | None = None
@@ -192,7 +193,7 @@ class UnaryCaller(_Caller):
             if call is not self._call:
                 return
             self._call = None
-            if is_transport_failure(exc):
+            if is_transport_failure(exc, self._channel):
                 self._closed = True
                 self.was_open = False
                 self._finish(
@@ -222,6 +223,7 @@ class StreamCaller(_Caller):
         self._count = 0
         self._expected = ""
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._channel = channel
         method = channel.stream_stream(
             MODEL_STREAM_INFER, response_deserializer=pb.ModelStreamInferResponse.FromString
         )
@@ -264,7 +266,7 @@ class StreamCaller(_Caller):
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED and self._closed:
                 return
-            failed_in_transit = is_transport_failure(exc)
+            failed_in_transit = is_transport_failure(exc, self._channel)
             self._end(
                 f"the stream to the server at {self._address} failed: {rpc_error_message(exc)}",
                 failed_in_transit,

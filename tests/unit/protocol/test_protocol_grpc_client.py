@@ -214,6 +214,8 @@ class _Service(pb_grpc.GRPCInferenceServiceServicer):
 
 
 async def _known(name: str, context: Any) -> None:
+    if name == "loading":
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "model 'loading' is not ready")
     if name != "simple":
         await context.abort(grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{name}'")
 
@@ -268,6 +270,10 @@ def test_control_calls_return_the_http_clients_documents() -> None:
             with pytest.raises(ClientError, match="bad config for 'broken'") as e:
                 await client.load_model("broken")
             assert e.value.status == 400
+            # The server's own UNAVAILABLE, not a lost connection: it keeps its status.
+            with pytest.raises(ClientError, match="refused ModelConfig .*is not ready") as e:
+                await client.model_config("loading")
+            assert e.value.status == 503
         finally:
             await client.close()
 
@@ -288,7 +294,7 @@ def test_shared_memory_calls() -> None:
             assert regions["r0"] == {"name": "r0", "key": "/k0", "offset": 8, "byte_size": 64}
             with pytest.raises(ClientError, match="'r0' exists") as e:
                 await client.register_system_shared_memory("r0", "/k0", 64)
-            assert e.value.status == 409
+            assert e.value.status == 400
             await client.unregister_system_shared_memory("r0")
             assert list(service.regions) == ["r1"]
             await client.unregister_system_shared_memory()

@@ -107,5 +107,9 @@ def test_perf_analyzer_over_grpc(
         # perf_analyzer reads our statistics at each window's edges: only requests finishing
         # while a statistics call is under way land on the other side of an edge.
         assert abs(success - client_count) <= 6 * concurrency + client_count // 20, output
-    assert served >= sum(int(level["client"]) for level in levels), output
+    # perf_analyzer 2.51 keeps every request record and counts a window's requests by end time,
+    # bounds included: one finishing exactly on the edge between two merged windows counts in
+    # both (seen once in a streamed run: 1 over 20,395).
+    reported = sum(int(level["client"]) for level in levels)
+    assert served >= reported - 2 * len(levels), output
     assert list(client.get_system_shared_memory_status(as_json=True).get("regions", {})) == []
