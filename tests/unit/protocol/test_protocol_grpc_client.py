@@ -271,7 +271,7 @@ def test_control_calls_return_the_http_clients_documents() -> None:
                 await client.load_model("broken")
             assert e.value.status == 400
             # The server's own UNAVAILABLE, not a lost connection: it keeps its status.
-            with pytest.raises(ClientError, match="refused ModelConfig .*is not ready") as e:
+            with pytest.raises(ClientError, match=r"refused ModelConfig .*is not ready") as e:
                 await client.model_config("loading")
             assert e.value.status == 503
         finally:
