@@ -9,9 +9,10 @@ repository.
 
 Both servers start once, on free 127.0.0.1 ports, and are checked with tritonclient (every
 output equal to numpy's) before anything is measured. Then NVIDIA's perf_analyzer measures each
-protocol and concurrency with the two servers interleaved (ours, Triton, ours, Triton, ...),
+mode (`--modes`: HTTP, gRPC, gRPC streaming, system shared memory over either) and concurrency
+with the two servers interleaved (ours, Triton, ours, Triton, ...),
 `--repeats` times each, `--window-ms` measurement windows, and the script prints every run's
-infer/s and p95 latency, then per protocol and concurrency the median and range of each server
+infer/s and p95 latency, then per mode and concurrency the median and range of each server
 and the ratio ours/Triton of the medians. A run whose windows never stabilise (a busy machine)
 is measured again, up to `--attempts` times, then left out: `n` says how many runs a median holds.
 Both servers are stopped at the end, on Ctrl-C too.
@@ -57,6 +58,14 @@ from common.serve_process import (
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "simple"
 PROTOCOLS = ("grpc", "http")
+# mode -> (protocol, perf_analyzer flags): how the requests travel
+MODES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "grpc": ("grpc", ()),
+    "http": ("http", ()),
+    "grpc-streaming": ("grpc", ("--streaming",)),
+    "grpc-shm": ("grpc", ("--shared-memory", "system")),
+    "http-shm": ("http", ("--shared-memory", "system")),
+}
 START_TIMEOUT_S = 120.0
 # Our server starts gRPC right after HTTP; no line within this time means it has no gRPC endpoint.
 GRPC_LINE_WAIT_S = 10.0
@@ -91,7 +100,7 @@ class Server:
 @dataclass(frozen=True)
 class Run:
     server: str
-    protocol: str
+    mode: str
     concurrency: int
     infer_per_s: float
     p95_us: int
@@ -210,13 +219,14 @@ def check_outputs(server: Server, protocol: str) -> None:
 
 
 def perf_analyzer(
-    binary: Path, server: Server, protocol: str, concurrency: int, window_ms: int, scratch: Path
+    binary: Path, server: Server, mode: str, concurrency: int, window_ms: int, scratch: Path
 ) -> Run | None:
     """One perf_analyzer measurement; None when it found no stable windows (a busy machine)."""
-    csv_path = scratch / f"{server.name}-{protocol}-c{concurrency}.csv"
+    protocol, flags = MODES[mode]
+    csv_path = scratch / f"{server.name}-{mode}-c{concurrency}.csv"
     command = [
         str(binary),
-        *("-m", MODEL, "-u", server.urls[protocol], "-i", protocol),
+        *("-m", MODEL, "-u", server.urls[protocol], "-i", protocol, *flags),
         *("--concurrency-range", str(concurrency), "-p", str(window_ms)),
         # A shared 2-core machine: looser stability than the default 10%, more windows.
         *("-s", "20", "-r", "15"),
@@ -236,7 +246,7 @@ def perf_analyzer(
     with csv_path.open(newline="") as handle:
         (row,) = list(csv.DictReader(handle))
     return Run(
-        server.name, protocol, concurrency, float(row["Inferences/Second"]), int(row["p95 latency"])
+        server.name, mode, concurrency, float(row["Inferences/Second"]), int(row["p95 latency"])
     )
 
 
@@ -249,23 +259,23 @@ def describe(runs: list[Run]) -> str:
     )
 
 
-def summary(runs: list[Run], protocols: Sequence[str], concurrencies: Sequence[int]) -> None:
+def summary(runs: list[Run], modes: Sequence[str], concurrencies: Sequence[int]) -> None:
     print()
-    print("median infer/s [range] and median p95, per protocol and concurrency")
-    print(f"{'':<10} {'ours':>40} {'triton':>40} {'ours/triton':>12}")
-    for protocol in protocols:
+    print("median infer/s [range] and median p95, per mode and concurrency")
+    print(f"{'':<18} {'ours':>40} {'triton':>40} {'ours/triton':>12}")
+    for mode in modes:
         for concurrency in concurrencies:
-            cell = [r for r in runs if r.protocol == protocol and r.concurrency == concurrency]
+            cell = [r for r in runs if r.mode == mode and r.concurrency == concurrency]
             mine = [r for r in cell if r.server == "ours"]
             theirs = [r for r in cell if r.server == "triton"]
-            label = f"{protocol} c{concurrency}"
+            label = f"{mode} c{concurrency}"
             left = describe(mine) if mine else "(not measured)"
             right = describe(theirs) if theirs else "(not measured)"
             ratio = "-"
             if mine and theirs:
                 ours_median = statistics.median(r.infer_per_s for r in mine)
                 ratio = f"{ours_median / statistics.median(r.infer_per_s for r in theirs):.2f}"
-            print(f"{label:<10} {left:>40} {right:>40} {ratio:>12}")
+            print(f"{label:<18} {left:>40} {right:>40} {ratio:>12}")
 
 
 def revision() -> str:
@@ -283,7 +293,13 @@ def main() -> None:
     parser.add_argument(
         "--attempts", type=int, default=3, help="tries per run when windows are not stable"
     )
-    parser.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES,
+        default=list(PROTOCOLS),
+        help="how requests travel: plain gRPC / HTTP, gRPC streaming, system shared memory",
+    )
     parser.add_argument(
         "--ours-backend",
         choices=("onnxruntime", "python"),
@@ -321,25 +337,26 @@ def main() -> None:
             stack.enter_context(ours(ours_repository, scratch / "ours.log", args.ours_flag)),
             stack.enter_context(triton(wrapper, peer_repository, scratch / "triton.log")),
         ]
+        protocols = sorted({MODES[mode][0] for mode in args.modes})
         for server in servers:
-            for protocol in args.protocols:
+            for protocol in protocols:
                 if protocol in server.urls:
                     check_outputs(server, protocol)
             print(f"{server.name}: {server.urls} (outputs checked)")
-        if "grpc" in args.protocols and "grpc" not in servers[0].urls:
+        if "grpc" in protocols and "grpc" not in servers[0].urls:
             print("ours has no gRPC endpoint yet: only Triton's gRPC rows are measured")
 
-        for protocol in args.protocols:
+        for mode in args.modes:
             for concurrency in args.concurrency:
                 for repeat in range(1, args.repeats + 1):
                     for server in servers:
-                        if protocol not in server.urls:
+                        if MODES[mode][0] not in server.urls:
                             continue
-                        label = f"{protocol} c{concurrency} #{repeat} {server.name:<6}"
+                        label = f"{mode} c{concurrency} #{repeat} {server.name:<6}"
                         run = None
                         for _ in range(args.attempts):
                             run = perf_analyzer(
-                                binary, server, protocol, concurrency, args.window_ms, scratch
+                                binary, server, mode, concurrency, args.window_ms, scratch
                             )
                             if run is not None:
                                 break
@@ -353,7 +370,7 @@ def main() -> None:
                             f"  p95 {run.p95_us / 1000:5.2f} ms",
                             flush=True,
                         )
-    summary(runs, args.protocols, args.concurrency)
+    summary(runs, args.modes, args.concurrency)
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 
