@@ -38,25 +38,35 @@ log "autotune --help"
 log "building the model repository with the plain install"
 "$VPY" "$WORK/src/scripts/build_model_repository.py" >/dev/null
 
-log "autotune serve, waiting for /v2/health/ready"
+log "autotune serve, waiting for /v2/health/ready, gRPC ServerReady and /metrics"
 "$AUTOTUNE" serve --model-repository "$WORK/src/model_repository" --http-port 0 \
-    >"$WORK/serve.log" 2>&1 &
+    --grpc-port 0 --metrics-port 0 >"$WORK/serve.log" 2>&1 &
 SERVER_PID=$!
 "$VPY" - "$WORK/serve.log" <<'PY'
 import re, sys, time, urllib.request
+import tritonclient.grpc
+
 log, deadline = sys.argv[1], time.monotonic() + 120
+def address(service):
+    found = re.search(rf"Started {service} at ([0-9.]+):(\d+)", open(log).read())
+    return f"{found[1]}:{found[2]}" if found else None
 while time.monotonic() < deadline:
-    found = re.search(r"Started HTTPService at ([0-9.]+):(\d+)", open(log).read())
-    if found:
-        url = f"http://{found[1]}:{found[2]}/v2/health/ready"
+    http, grpc, metrics = (address(s) for s in ("HTTPService", "GRPCInferenceService", "Metrics Service"))
+    if http and grpc and metrics:
         try:
-            if urllib.request.urlopen(url, timeout=2).status == 200:
-                print(f"ready: {url}", file=sys.stderr)
-                sys.exit(0)
+            if urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=2).status == 200:
+                break
         except OSError:
             pass
     time.sleep(0.1)
-sys.exit("the server did not become ready within 120 s:\n" + open(log).read())
+else:
+    sys.exit("the server did not become ready within 120 s:\n" + open(log).read())
+if not tritonclient.grpc.InferenceServerClient(grpc).is_server_ready():
+    sys.exit(f"gRPC at {grpc} does not say ready")
+scraped = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+if "nv_inference_request_success" not in scraped:
+    sys.exit(f"/metrics at {metrics} lacks nv_inference_request_success:\n{scraped[:2000]}")
+print(f"ready: HTTP {http}, gRPC {grpc}, metrics {metrics}", file=sys.stderr)
 PY
 kill "$SERVER_PID"
 wait "$SERVER_PID" || { log "autotune serve did not exit 0 on SIGTERM"; exit 1; }
