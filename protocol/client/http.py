@@ -17,7 +17,7 @@ import re
 import socket
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httptools
 import orjson
@@ -142,26 +142,8 @@ class HttpClient:
 
     async def repository_index(self) -> list[dict[str, Any]]:
         """The repository extension's index: one entry per model version it knows."""
-        status, body = await self.request("POST", "/v2/repository/index", b"{}")
-        if status != 200:
-            raise ClientError(
-                f"the server at {self.endpoint.address} refused the repository index:"
-                f" {error_message(status, body)}",
-                status,
-            )
-        try:
-            document = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ClientError(
-                f"the server at {self.endpoint.address} answered the repository index with"
-                f" invalid JSON: {exc}"
-            ) from None
-        if not isinstance(document, list):
-            raise ClientError(
-                f"the server at {self.endpoint.address} answered the repository index with a"
-                f" JSON {type(document).__name__}, not a list"
-            )
-        return document
+        document = await self._json("POST", "/v2/repository/index", list, body=b"{}")
+        return cast(list[dict[str, Any]], document)
 
     async def load_model(self, model: str, parameters: dict[str, Any] | None = None) -> None:
         """Load (or reload) a model through the repository extension; `parameters` (such as
@@ -204,27 +186,8 @@ class HttpClient:
     async def system_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]:
         """The registered system regions (one, or all for ""): name, key, offset, byte_size."""
         region = f"/region/{_quote(name)}" if name else ""
-        path = f"/v2/systemsharedmemory{region}/status"
-        status, body = await self.request("GET", path)
-        if status != 200:
-            raise ClientError(
-                f"the server at {self.endpoint.address} refused GET {path}:"
-                f" {error_message(status, body)}",
-                status,
-            )
-        try:
-            document = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ClientError(
-                f"the server at {self.endpoint.address} answered GET {path} with invalid JSON:"
-                f" {exc}"
-            ) from None
-        if not isinstance(document, list):
-            raise ClientError(
-                f"the server at {self.endpoint.address} answered GET {path} with a JSON"
-                f" {type(document).__name__}, not a list"
-            )
-        return document
+        document = await self._json("GET", f"/v2/systemsharedmemory{region}/status", list)
+        return cast(list[dict[str, Any]], document)
 
     async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         """Send one request; (status, body). A stale keep-alive connection is retried once."""
@@ -260,28 +223,34 @@ class HttpClient:
             raise ClientError(error_message(status, answer), status)
 
     async def _get_json(self, path: str, what: str) -> dict[str, Any]:
-        status, body = await self.request("GET", path)
+        document = await self._json("GET", path, dict, what=what)
+        return cast(dict[str, Any], document)
+
+    async def _json(
+        self, method: str, path: str, kind: type, body: bytes = b"", what: str = ""
+    ) -> Any:
+        """The JSON document (of `kind`: dict or list) a 200 answer carries; ClientError with
+        the server's message otherwise. `what` ("model 'x'") words a 400 / 404 as unknown."""
+        status, answer = await self.request(method, path, body)
+        address = self.endpoint.address
         if status != 200:
-            message = error_message(status, body)
+            message = error_message(status, answer)
             if status in (400, 404) and what.startswith("model"):
                 raise ClientError(
-                    f"{what} is not known to the server at {self.endpoint.address}: {message}",
-                    status,
+                    f"{what} is not known to the server at {address}: {message}", status
                 )
-            raise ClientError(
-                f"the server at {self.endpoint.address} refused GET {path}: {message}", status
-            )
+            raise ClientError(f"the server at {address} refused {method} {path}: {message}", status)
         try:
-            document = orjson.loads(body)
+            document = orjson.loads(answer)
         except orjson.JSONDecodeError as exc:
             raise ClientError(
-                f"the server at {self.endpoint.address} answered GET {path} with invalid JSON:"
-                f" {exc}"
+                f"the server at {address} answered {method} {path} with invalid JSON: {exc}"
             ) from None
-        if not isinstance(document, dict):
+        if not isinstance(document, kind):
+            expected = "an object" if kind is dict else "a list"
             raise ClientError(
-                f"the server at {self.endpoint.address} answered GET {path} with a JSON"
-                f" {type(document).__name__}, not an object"
+                f"the server at {address} answered {method} {path} with a JSON"
+                f" {type(document).__name__}, not {expected}"
             )
         return document
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.integration.serve.contract.clients import TRANSPORTS, ContractClient, open_client
+from tests.support.models import write_echo_bytes
 from tests.support.server_process import RunningServer, start_server, stop_server
 
 
@@ -23,28 +24,6 @@ def client(request: pytest.FixtureRequest, server: RunningServer) -> Iterator[Co
     finally:
         opened.close()
 
-
-ECHO_BYTES_CONFIG = """\
-name: "echo_bytes"
-backend: "python"
-max_batch_size: 4
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 2 ] } ]
-output [ { name: "ECHO" data_type: TYPE_STRING dims: [ 2 ] } ]
-"""
-
-ECHO_BYTES_MODEL = """\
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            out = pb_utils.Tensor("ECHO", text)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-        return responses
-"""
 
 # digits without batching: one image in, one [1, 10] row of logits out.
 DIGITS_FLAT_CONFIG = """\
@@ -70,10 +49,7 @@ def build_explicit_repository(root: Path) -> Path:
         shutil.copytree(simple / "1", repository / copy / "1")
         config = (simple / "config.pbtxt").read_text().replace('"simple"', f'"{copy}"')
         (repository / copy / "config.pbtxt").write_text(config)
-    echo = repository / "echo_bytes"
-    (echo / "1").mkdir(parents=True)
-    (echo / "1" / "model.py").write_text(ECHO_BYTES_MODEL)
-    (echo / "config.pbtxt").write_text(ECHO_BYTES_CONFIG)
+    write_echo_bytes(repository)
     digits = BUNDLED_REPOSITORY / "digits"
     flat = repository / "digits_flat"
     shutil.copytree(digits / "1", flat / "1")

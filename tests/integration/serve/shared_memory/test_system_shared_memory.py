@@ -19,32 +19,11 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from tests.conftest import BUNDLED_REPOSITORY
+from tests.support.models import write_echo_bytes
 from tests.support.perf_analyzer import perf_analyzer_path
 from tests.support.server_process import RunningServer, start_server, stop_server
 
 SHM_DIRECTORY = Path("/dev/shm")
-
-ECHO_BYTES_CONFIG = """\
-name: "echo_bytes"
-backend: "python"
-max_batch_size: 4
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 2 ] } ]
-output [ { name: "ECHO" data_type: TYPE_STRING dims: [ 2 ] } ]
-"""
-
-ECHO_BYTES_MODEL = """\
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            out = pb_utils.Tensor("ECHO", text)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-        return responses
-"""
 
 # simple: INPUT0, INPUT1 -> OUTPUT0 = sum, OUTPUT1 = difference; [1, 16] INT32 each.
 TENSOR_BYTES = 16 * 4
@@ -55,10 +34,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp("shared-memory")
     repository = root / "repository"
     shutil.copytree(BUNDLED_REPOSITORY / "simple", repository / "simple")
-    echo = repository / "echo_bytes"
-    (echo / "1").mkdir(parents=True)
-    (echo / "1" / "model.py").write_text(ECHO_BYTES_MODEL)
-    (echo / "config.pbtxt").write_text(ECHO_BYTES_CONFIG)
+    write_echo_bytes(repository)
     running = start_server(repository, root / "server.log")
     try:
         yield running
