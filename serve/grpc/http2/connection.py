@@ -288,6 +288,16 @@ class GrpcConnection(asyncio.Protocol):
         if self._on_lost is not None:
             self._on_lost(self)
 
+    def pause_writing(self) -> None:
+        # The client reads slower than it is answered: stop reading its requests until the
+        # answers already written drain, so a client that never reads cannot grow our memory.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer + data if self._buffer else data
         try:

@@ -311,3 +311,26 @@ def test_even_or_zero_stream_ids_are_protocol_errors(bad: int) -> None:
     client.send(client.headers(bad, ECHO))
     assert client.frames()[0].type == f.GOAWAY
     assert client.transport.closed
+
+
+def test_a_client_that_does_not_read_stops_being_read() -> None:
+    """asyncio says the write buffer is full: requests wait until the answers drain."""
+
+    class PausableTransport(FakeTransport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reading = True
+
+        def pause_reading(self) -> None:
+            self.reading = False
+
+        def resume_reading(self) -> None:
+            self.reading = True
+
+    connection = GrpcConnection(lambda path: None, 1024)
+    transport = PausableTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.pause_writing()
+    assert not transport.reading
+    connection.resume_writing()
+    assert transport.reading
