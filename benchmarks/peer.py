@@ -1,0 +1,296 @@
+"""What the benchmarks against NVIDIA Triton 2.51 share: installing perf_analyzer and the Triton
+peer, starting and stopping both servers on free 127.0.0.1 ports, python-backend model folders,
+checking outputs with tritonclient, one perf_analyzer run, and the median/range summary."""
+
+from __future__ import annotations
+
+import csv
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from common.serve_process import (
+    ServeProcessError,
+    die_with_parent,
+    log_tail,
+    start_serve_process,
+    stop_serve_process,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 120.0
+# Our server starts gRPC right after HTTP; no line within this time means it has no gRPC endpoint.
+GRPC_LINE_WAIT_S = 10.0
+UNSTABLE = "Failed to obtain stable measurement"
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    urls: dict[str, str]  # protocol -> host:port; no "grpc" key when it has no gRPC endpoint
+
+
+@dataclass(frozen=True)
+class Run:
+    server: str
+    cell: str  # what was measured besides concurrency, e.g. a mode or "model protocol"
+    concurrency: int
+    infer_per_s: float
+    p95_us: int
+
+
+def install(script: str) -> Path:
+    """Run an idempotent install script of ours; it prints the installed binary's path last."""
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / script)], capture_output=True, text=True, timeout=900
+    )
+    if result.returncode != 0:
+        sys.exit(f"scripts/{script} failed ({result.returncode}):\n{result.stderr}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def python_model(config: mc.ModelConfig, source: str, destination: Path) -> None:
+    """A model folder: `config` on the python backend, and `source` as version 1's model.py."""
+    config = mc.ModelConfig.FromString(config.SerializeToString())
+    config.ClearField("platform")
+    config.backend = "python"
+    (destination / "1").mkdir(parents=True)
+    (destination / "config.pbtxt").write_text(text_format.MessageToString(config))
+    (destination / "1" / "model.py").write_text(source)
+
+
+def wait_for_lines(
+    process: subprocess.Popen[bytes], log: Path, names: Sequence[str]
+) -> dict[str, str]:
+    """host:port of each `Started <name> at host:port` line of the log, once all are there."""
+    patterns = {name: re.compile(rf"Started {name} at ([0-9.]+):(\d+)") for name in names}
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        found = {name: pattern.search(text) for name, pattern in patterns.items()}
+        if all(found.values()):
+            return {name: f"{m.group(1)}:{m.group(2)}" for name, m in found.items() if m}
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise ServeProcessError(f"no {' and '.join(names)} line in {log}:\n{log_tail(log)}")
+
+
+@contextmanager
+def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
+    """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`; stopped on exit."""
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    command = [
+        str(wrapper),
+        *("--model-repository", str(repository)),
+        *("--http-address", "127.0.0.1", "--http-port", str(http_port)),
+        *("--grpc-address", "127.0.0.1", "--grpc-port", str(grpc_port)),
+        *("--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)),
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        )
+    try:
+        lines = wait_for_lines(process, log, ["HTTPService", "GRPCInferenceService"])
+        urls = {"http": lines["HTTPService"], "grpc": lines["GRPCInferenceService"]}
+        yield Server("triton", process, log, urls)
+    finally:
+        stop_serve_process(process)
+
+
+@contextmanager
+def ours(repository: Path, log: Path, extra: Sequence[str] = ()) -> Iterator[Server]:
+    """Our server on `repository` with `extra` flags; stopped on exit."""
+    process, http_url = start_serve_process(repository, log, extra, timeout_s=START_TIMEOUT_S)
+    try:
+        urls = {"http": http_url}
+        pattern = re.compile(r"Started GRPCInferenceService at ([0-9.]+):(\d+)")
+        deadline = time.monotonic() + GRPC_LINE_WAIT_S
+        while time.monotonic() < deadline and process.poll() is None:
+            match = pattern.search(log.read_text(errors="replace"))
+            if match:
+                urls["grpc"] = f"{match.group(1)}:{match.group(2)}"
+                break
+            time.sleep(0.1)
+        yield Server("ours", process, log, urls)
+    finally:
+        stop_serve_process(process)
+
+
+def check_outputs(
+    server: Server,
+    protocol: str,
+    model: str,
+    inputs: Mapping[str, np.ndarray],
+    expected: Mapping[str, np.ndarray],
+) -> None:
+    """One request through tritonclient; every expected output must come back equal (a peer
+    that sends empty outputs fails here, not silently in perf_analyzer)."""
+    client_module = grpcclient if protocol == "grpc" else httpclient
+    tensors = []
+    for name, value in inputs.items():
+        tensor = client_module.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
+        tensor.set_data_from_numpy(value)
+        tensors.append(tensor)
+    client = client_module.InferenceServerClient(server.urls[protocol])
+    try:
+        result = client.infer(model, tensors)
+    except InferenceServerException as exc:
+        raise SystemExit(
+            f"{server.name} over {protocol}: {model}: infer failed: {exc}\n{log_tail(server.log)}"
+        ) from exc
+    finally:
+        client.close()
+    for name, want in expected.items():
+        got = result.as_numpy(name)
+        if got is None or got.shape != want.shape or not np.array_equal(got, want):
+            raise SystemExit(
+                f"{server.name} over {protocol}: {model}: {name} is {got!r}, expected {want!r}"
+                f"\n{log_tail(server.log)}"
+            )
+
+
+def perf_analyzer(
+    binary: Path,
+    server: Server,
+    model: str,
+    protocol: str,
+    concurrency: int,
+    window_ms: int,
+    scratch: Path,
+    cell: str,
+    flags: Sequence[str] = (),
+) -> Run | None:
+    """One perf_analyzer measurement; None when it found no stable windows (a busy machine)."""
+    csv_path = scratch / f"{server.name}-{cell.replace(' ', '-')}-c{concurrency}.csv"
+    command = [
+        str(binary),
+        *("-m", model, "-u", server.urls[protocol], "-i", protocol, *flags),
+        *("--concurrency-range", str(concurrency), "-p", str(window_ms)),
+        # A shared 2-core machine: looser stability than the default 10%, more windows.
+        *("-s", "20", "-r", "15"),
+        *("-f", str(csv_path)),
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, preexec_fn=die_with_parent
+    )
+    if result.returncode != 0 and UNSTABLE in result.stdout + result.stderr:
+        return None
+    # An interrupted perf_analyzer exits 0 without writing its CSV.
+    if result.returncode != 0 or not csv_path.is_file():
+        raise SystemExit(
+            f"perf_analyzer failed ({result.returncode}): {' '.join(command)}\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-2000:]}"
+        )
+    with csv_path.open(newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    return Run(
+        server.name, cell, concurrency, float(row["Inferences/Second"]), int(row["p95 latency"])
+    )
+
+
+def measure(
+    attempts: int,
+    label: str,
+    binary: Path,
+    server: Server,
+    model: str,
+    protocol: str,
+    concurrency: int,
+    window_ms: int,
+    scratch: Path,
+    cell: str,
+    flags: Sequence[str] = (),
+) -> Run | None:
+    """perf_analyzer up to `attempts` times until its windows are stable; prints the run."""
+    for _ in range(attempts):
+        run = perf_analyzer(
+            binary, server, model, protocol, concurrency, window_ms, scratch, cell, flags
+        )
+        if run is not None:
+            print(
+                f"{label} {run.infer_per_s:>9,.0f} infer/s  p95 {run.p95_us / 1000:5.2f} ms",
+                flush=True,
+            )
+            return run
+        print(f"{label} no stable windows; measuring again", flush=True)
+    print(f"{label} skipped: no stable windows", flush=True)
+    return None
+
+
+def describe(runs: list[Run]) -> str:
+    rates = [run.infer_per_s for run in runs]
+    p95 = statistics.median(run.p95_us for run in runs) / 1000
+    return (
+        f"{statistics.median(rates):>8,.0f} [{min(rates):>6,.0f}-{max(rates):>6,.0f}]"
+        f" p95 {p95:5.2f} ms n={len(runs)}"
+    )
+
+
+def summary(runs: list[Run], cells: Sequence[str], concurrencies: Sequence[int]) -> None:
+    """Per cell and concurrency: each server's median infer/s [range], median p95, and the
+    ratio ours/triton of the medians."""
+    width = max([18, *(len(cell) + 4 for cell in cells)])
+    print()
+    print("median infer/s [range] and median p95, per cell and concurrency")
+    print(f"{'':<{width}} {'ours':>40} {'triton':>40} {'ours/triton':>12}")
+    for cell_name in cells:
+        for concurrency in concurrencies:
+            cell = [r for r in runs if r.cell == cell_name and r.concurrency == concurrency]
+            mine = [r for r in cell if r.server == "ours"]
+            theirs = [r for r in cell if r.server == "triton"]
+            label = f"{cell_name} c{concurrency}"
+            left = describe(mine) if mine else "(not measured)"
+            right = describe(theirs) if theirs else "(not measured)"
+            ratio = "-"
+            if mine and theirs:
+                ours_median = statistics.median(r.infer_per_s for r in mine)
+                ratio = f"{ours_median / statistics.median(r.infer_per_s for r in theirs):.2f}"
+            print(f"{label:<{width}} {left:>40} {right:>40} {ratio:>12}")
+
+
+def revision() -> str:
+    result = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
+    )
+    return result.stdout.strip() or "unknown"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run_main(main: Callable[[], None]) -> None:
+    """Run `main()` so that Ctrl-C and SIGTERM unwind it (its context managers stop both
+    servers); SIGINT also when the shell started the script with it ignored (a background job)."""
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("interrupted: both servers stopped")
