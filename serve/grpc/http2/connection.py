@@ -38,6 +38,8 @@ _SERVER_SETTINGS = f.settings_frame(
     }
 ) + f.window_update(0, LOCAL_WINDOW - f.DEFAULT_WINDOW)
 
+_HEADER_CACHE_SIZE = 64  # distinct all-indexed header blocks kept per connection
+
 _PATH = b":path"
 _CONTENT_TYPE = b"content-type"
 _GRPC_CONTENT_TYPE = b"application/grpc"
@@ -259,6 +261,7 @@ class GrpcConnection(asyncio.Protocol):
         self._buffer = b""
         self._preface_seen = False
         self._decoder = hpack.Decoder()
+        self._header_cache: dict[bytes, list[tuple[bytes, bytes]]] = {}
         self._calls: dict[int, Call] = {}
         self._blocked: dict[int, Call] = {}
         self._last_stream_id = 0
@@ -479,10 +482,7 @@ class GrpcConnection(asyncio.Protocol):
             self._on_header_block(first_flags, stream_id, b"".join(fragments))
 
     def _on_header_block(self, flags: int, stream_id: int, block: bytes) -> None:
-        try:
-            headers = self._decoder.decode(block, raw=True)
-        except Exception as exc:  # hpack raises several types for malformed blocks
-            raise Http2ProtocolError(f.COMPRESSION_ERROR, f"bad header block: {exc}") from None
+        headers = self._decode_headers(block)
         end_stream = bool(flags & f.END_STREAM)
         call = self._calls.get(stream_id)
         if call is not None:  # trailers from the client end its side
@@ -511,6 +511,25 @@ class GrpcConnection(asyncio.Protocol):
             call.finish(UNIMPLEMENTED, f"unknown method {path.decode('latin-1')}")
         elif end_stream:
             call.half_close()
+
+    def _decode_headers(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """HPACK-decode a header block. A client repeats its request headers, and once they
+        are in the dynamic table the block is the same bytes each time, all one-byte indexed
+        fields (each byte 0x80-0xFE): decoding such a block does not change the table, so its
+        result is kept and reused until a block that may change the table is decoded."""
+        cached = self._header_cache.get(block)
+        if cached is not None:
+            return cached
+        try:
+            headers = cast(list[tuple[bytes, bytes]], self._decoder.decode(block, raw=True))
+        except Exception as exc:  # hpack raises several types for malformed blocks
+            raise Http2ProtocolError(f.COMPRESSION_ERROR, f"bad header block: {exc}") from None
+        if block and min(block) >= 0x80 and 0xFF not in block:
+            if len(self._header_cache) < _HEADER_CACHE_SIZE:
+                self._header_cache[block] = headers
+        else:
+            self._header_cache.clear()
+        return headers
 
     def _on_settings(self, payload: bytes) -> None:
         if len(payload) % 6:

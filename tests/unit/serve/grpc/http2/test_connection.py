@@ -334,3 +334,29 @@ def test_a_client_that_does_not_read_stops_being_read() -> None:
     assert not transport.reading
     connection.resume_writing()
     assert transport.reading
+
+
+def test_repeated_header_blocks_decode_as_hpack_does_after_the_table_changes() -> None:
+    """Decoded all-indexed blocks are reused; a block that changes the dynamic table drops
+    them, so the same bytes later decode against the new table."""
+    client = Client()
+    client.frames()
+    blocks = [
+        client.headers(1, ECHO)[9:],  # literals: the table grows
+        client.headers(3, ECHO)[9:],  # all indexed: reusable
+        client.headers(5, LATER)[9:],  # a new literal: entries shift
+    ]
+    reference = hpack.Decoder()
+    for block in blocks:
+        reference.decode(block, raw=True)
+    assert min(blocks[1]) >= 0x80  # the case the reuse is for
+    expected = [tuple(h) for h in reference.decode(blocks[1], raw=True)]
+
+    connection = GrpcConnection(lambda path: None, 1024)
+    decode = connection._decode_headers
+    first = [tuple(h) for h in decode(blocks[0])]
+    assert [tuple(h) for h in decode(blocks[1])] == first  # same headers, from the cache next
+    assert decode(blocks[1]) is decode(blocks[1])
+    decode(blocks[2])
+    assert [tuple(h) for h in decode(blocks[1])] == expected
+    assert expected != first
