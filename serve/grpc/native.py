@@ -22,8 +22,7 @@ from serve.dataplane import DataPlane
 from serve.errors import ServeError
 from serve.grpc.codec import decode_infer_request, encode_infer_response
 from serve.grpc.endpoint import STOP_GRACE_S
-from serve.grpc.http2.calls import Router, RpcMethod
-from serve.grpc.http2.connection import Call
+from serve.grpc.http2.calls import Call, Router, RpcMethod
 from serve.grpc.http2.server import Http2GrpcServer
 from serve.grpc.service import InferenceServicer
 from serve.grpc.status import GRPC_STATUS

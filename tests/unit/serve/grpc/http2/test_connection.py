@@ -11,8 +11,8 @@ import hpack
 import pytest
 
 from serve.grpc.http2 import frames as f
-from serve.grpc.http2.calls import RpcMethod
-from serve.grpc.http2.connection import Call, GrpcConnection
+from serve.grpc.http2.calls import Call, RpcMethod
+from serve.grpc.http2.connection import GrpcConnection
 
 ECHO = b"/test.Service/Echo"
 STREAM = b"/test.Service/Stream"
