@@ -20,7 +20,7 @@ from serve.config.model_config import config_from_json, config_to_json
 from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.log_settings import LogSettings, LogValue
-from serve.model.model_version import ModelVersion, ResponseCallback
+from serve.model.model_version import ModelVersion, ResponseCallback, StreamCallback
 from serve.repository.manager import ModelRepository
 from serve.shared_memory.registry import SharedMemoryRegistry
 from serve.shared_memory.tensors import bind_regions, uses_shared_memory
@@ -125,11 +125,42 @@ class DataPlane:
 
     # -- inference ----------------------------------------------------------------------------
 
-    def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
-        """Queue a request; raises ServeError for what is wrong before it is queued."""
+    def submit(
+        self, request: InferRequest, on_done: ResponseCallback, *, endpoint: str = "HTTP end point"
+    ) -> None:
+        """Queue a request; raises ServeError for what is wrong before it is queued. `endpoint`
+        names the caller in the error for a decoupled model (it needs `submit_stream`)."""
         if not self.accepting:
             raise ServeError.unavailable("the server is shutting down")
         model = self.repository.get(request.model_name, request.model_version)
+        if model.decoupled:
+            raise ServeError.invalid(
+                f"{endpoint} doesn't support models with decoupled transaction policy: model"
+                f" '{model.name}' may send any number of responses; use the gRPC ModelStreamInfer"
+                " RPC (streaming)"
+            )
+        self._submit_traced(model, request, on_done)
+
+    def submit_stream(self, request: InferRequest, on_response: StreamCallback) -> None:
+        """Queue a request whose answer may be many responses: `on_response(result, final)`
+        gets each (None: a final flag with no response). A model that is not decoupled answers
+        once, final."""
+        if not self.accepting:
+            raise ServeError.unavailable("the server is shutting down")
+        model = self.repository.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            self._submit_traced(model, request, lambda result: on_response(result, True))
+            return
+        if uses_shared_memory(request):
+            raise ServeError.invalid(
+                f"model '{model.name}': shared-memory tensors are not supported with decoupled"
+                " models"
+            )
+        model.submit_stream(request, on_response)
+
+    def _submit_traced(
+        self, model: ModelVersion, request: InferRequest, on_done: ResponseCallback
+    ) -> None:
         if self.tracer.active:
             on_done = self.tracer.attach(request, model.version, on_done)
             try:

@@ -8,6 +8,7 @@ values from the wire and turn responses back into wire bytes; nothing here knows
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,9 @@ class InferRequest:
     # Inputs whose data lies in shared memory: name -> (shape, range). The DataPlane reads
     # them into `inputs` before the model sees the request.
     region_inputs: dict[str, tuple[tuple[int, ...], RegionSlice]] = field(default_factory=dict)
+    # Set for a decoupled model's request: called with each response (the produced outputs, a
+    # ServeError, or None for a bare final flag) and whether it is the request's last.
+    on_response: Callable[[Any, bool], None] | None = None
 
     @property
     def priority(self) -> int:

@@ -26,7 +26,7 @@ from serve.grpc.http2.calls import Call, Router, RpcMethod
 from serve.grpc.http2.server import Http2GrpcServer
 from serve.grpc.service import InferenceServicer
 from serve.grpc.status import GRPC_STATUS
-from serve.grpc.stream import error_response
+from serve.grpc.stream import error_response, stream_answer
 from serve.inference import InferRequest, InferResponse
 from serve.sockets import bind_tcp
 
@@ -96,7 +96,9 @@ class _Infer:
     def __call__(self, message: bytes, call: Call) -> None:
         try:
             request = decode_infer_request(pb.ModelInferRequest.FromString(message))
-            self._dataplane.submit(request, lambda result: self._done(call, request, result))
+            self._dataplane.submit(
+                request, lambda result: self._done(call, request, result), endpoint="ModelInfer RPC"
+            )
         except ServeError as exc:
             call.finish(_code(exc), exc.message)
         except DecodeError as exc:
@@ -138,7 +140,9 @@ class _Stream:
         self._in_flight += 1
         try:
             request = decode_infer_request(infer)
-            self._dataplane.submit(request, lambda result: self._done(infer, request, result))
+            self._dataplane.submit_stream(
+                request, lambda result, final: self._done(infer, request, result, final)
+            )
         except ServeError as exc:
             self._in_flight -= 1
             self._send(error_response(infer, exc.message))
@@ -152,19 +156,17 @@ class _Stream:
         self._half_closed = True
 
     def _done(
-        self, infer: pb.ModelInferRequest, request: InferRequest, result: InferResponse | ServeError
+        self,
+        infer: pb.ModelInferRequest,
+        request: InferRequest,
+        result: InferResponse | ServeError | None,
+        final: bool,
     ) -> None:
-        self._in_flight -= 1
-        if isinstance(result, ServeError):
-            answer = error_response(infer, result.message)
-        else:
-            try:
-                answer = pb.ModelStreamInferResponse(
-                    infer_response=encode_infer_response(result, request)
-                )
-            except ServeError as exc:
-                answer = error_response(infer, exc.message)
-        self._send(answer)
+        if final:
+            self._in_flight -= 1
+        answer = stream_answer(infer, request, result, final)
+        if answer is not None:
+            self._send(answer)
         if self._half_closed and self._in_flight == 0:
             self._call.finish(0)
 

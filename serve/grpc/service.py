@@ -127,7 +127,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             future: asyncio.Future[InferResponse | ServeError] = (
                 asyncio.get_running_loop().create_future()
             )
-            self._dataplane.submit(infer, _settle(future))
+            self._dataplane.submit(infer, _settle(future), endpoint="ModelInfer RPC")
             result = await future
             if isinstance(result, ServeError):
                 raise result

@@ -1,7 +1,8 @@
 """ModelStreamInfer: many requests on one bidirectional stream, served concurrently.
 
 Each request is queued as soon as it is read; its response (or its error, as
-`error_message` with the request's id) is written when it completes, in completion order. A bad
+`error_message` with the request's id) is written when it completes, in completion order. A
+decoupled model's request may have any number of responses, each written as it comes. A bad
 request answers in the stream and the stream goes on. The stream ends once the client has
 stopped sending and every request read has been answered.
 """
@@ -28,6 +29,36 @@ def error_response(message: pb.ModelInferRequest, error: str) -> pb.ModelStreamI
             model_name=message.model_name, model_version=message.model_version, id=message.id
         ),
     )
+
+
+def stream_answer(
+    message: pb.ModelInferRequest,
+    request: InferRequest,
+    result: InferResponse | ServeError | None,
+    final: bool,
+) -> pb.ModelStreamInferResponse | None:
+    """What the stream carries for one response (None: nothing). A decoupled model's responses
+    carry `triton_final_response`; a final flag sent with no response becomes an empty
+    response only when the request asked for it (`triton_enable_empty_final_response`)."""
+    if isinstance(result, ServeError):
+        return error_response(message, result.message)
+    decoupled = request.on_response is not None
+    if result is None:
+        if not request.parameters.get("triton_enable_empty_final_response"):
+            return None
+        infer = pb.ModelInferResponse(
+            model_name=message.model_name, model_version=message.model_version, id=message.id
+        )
+    else:
+        try:
+            infer = encode_infer_response(result, request)
+        except ServeError as exc:
+            return error_response(message, exc.message)
+        except Exception as exc:  # an answer must come whatever happens: the stream waits on it
+            return error_response(message, f"internal error encoding the response: {exc!r}")
+    if decoupled:
+        infer.parameters["triton_final_response"].bool_param = final
+    return pb.ModelStreamInferResponse(infer_response=infer)
 
 
 class StreamSession:
@@ -63,31 +94,25 @@ class StreamSession:
         self._in_flight += 1
         try:
             request = decode_infer_request(message)
-            self._dataplane.submit(request, lambda result: self._done(message, request, result))
+            self._dataplane.submit_stream(
+                request, lambda result, final: self._done(message, request, result, final)
+            )
         except ServeError as exc:
-            self._answer(error_response(message, exc.message))
+            self._answer(error_response(message, exc.message), True)
 
     def _done(
         self,
         message: pb.ModelInferRequest,
         request: InferRequest,
-        result: InferResponse | ServeError,
+        result: InferResponse | ServeError | None,
+        final: bool,
     ) -> None:
-        if isinstance(result, ServeError):
-            self._answer(error_response(message, result.message))
-            return
-        try:
-            answer = pb.ModelStreamInferResponse(
-                infer_response=encode_infer_response(result, request)
-            )
-        except ServeError as exc:
-            answer = error_response(message, exc.message)
-        except Exception as exc:  # an answer must come whatever happens: the stream waits on it
-            answer = error_response(message, f"internal error encoding the response: {exc!r}")
-        self._answer(answer)
+        self._answer(stream_answer(message, request, result, final), final)
 
-    def _answer(self, answer: pb.ModelStreamInferResponse) -> None:
-        self._in_flight -= 1
-        self._answers.put_nowait(answer)
+    def _answer(self, answer: pb.ModelStreamInferResponse | None, final: bool) -> None:
+        if final:
+            self._in_flight -= 1
+        if answer is not None:
+            self._answers.put_nowait(answer)
         if not self._reading and self._in_flight == 0:
             self._answers.put_nowait(None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.statistics import ModelStatistics
 
 ResponseCallback = Callable[[InferResponse | ServeError], None]
+# A decoupled model's responses: each response (None: a final flag with no response) and
+# whether it is the request's last.
+StreamCallback = Callable[[InferResponse | ServeError | None, bool], None]
 
 
 class ModelVersion:
@@ -38,6 +42,7 @@ class ModelVersion:
         self.batcher = batcher
         self.stats = stats
         self.checker = TensorChecker(config, str(version), labels)
+        self.decoupled = config.model_transaction_policy.decoupled
 
     @property
     def pending_requests(self) -> int:
@@ -61,6 +66,40 @@ class ModelVersion:
                 return
             on_done(response)
 
+        self.batcher.enqueue(request, finish)
+
+    def submit_stream(self, request: InferRequest, on_response: StreamCallback) -> None:
+        """Validate (raising ServeError) and queue a decoupled model's request: `on_response`
+        gets each response on the event loop's thread, the last one with final True."""
+        self.checker.check_request(request)
+        checker = self.checker
+        loop = asyncio.get_running_loop()
+        last: list[InferResponse | ServeError | None] = []  # the response sent as final
+
+        def respond(produced: RequestResult | None, final: bool) -> None:  # instance's thread
+            result: InferResponse | ServeError | None
+            if produced is None or isinstance(produced, ServeError):
+                result = produced
+            else:
+                try:
+                    result = checker.make_response(request, produced)
+                except ServeError as exc:
+                    result = exc
+            if final:
+                last.append(result)  # held back until the statistics have counted the request
+            else:
+                loop.call_soon_threadsafe(on_response, result, final)
+
+        def finish(result: RequestResult) -> None:
+            # Runs after every response was queued (same thread, same loop) and the request
+            # counted; a request that ended without a final flag (refused, timed out, instance
+            # failed) ends with its error.
+            if last:
+                on_response(last[0], True)
+            else:
+                on_response(result if isinstance(result, ServeError) else None, True)
+
+        request.on_response = respond
         self.batcher.enqueue(request, finish)
 
     async def unload(self) -> None:

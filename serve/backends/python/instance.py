@@ -25,6 +25,7 @@ from serve.backends.python.protocol import (
     RequestMsg,
     ResponseMsg,
     Results,
+    Streamed,
     TensorMeta,
     arena_array,
     place,
@@ -41,6 +42,7 @@ _RESERVED_PARAMETERS = frozenset(
 )
 _SEQUENCE_START = 1
 _SEQUENCE_END = 2
+_RESPONSE_FINAL = 1  # pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 # pb_utils.TritonError codes -> error kinds; the other codes are internal errors.
 _ERROR_KINDS = {
@@ -68,6 +70,7 @@ class PythonModelInstance(ModelInstance):
         super().__init__(context)
         self._name = context.model_name
         self._output_names = [output.name for output in context.config.output]
+        self._decoupled = context.config.model_transaction_policy.decoupled
         self._stub: StubProcess | None = None
         self._inputs = Arena()
         self._outputs = Arena()
@@ -175,6 +178,8 @@ class PythonModelInstance(ModelInstance):
         start = time.perf_counter_ns()
         messages = self._write_inputs(requests)
         sent = time.perf_counter_ns()
+        if self._decoupled:
+            return self._stream(stub, requests, messages)
         try:
             stub.send(Execute(self._inputs.ref, self._outputs.ref, messages))
             reply = stub.recv()
@@ -198,6 +203,64 @@ class PythonModelInstance(ModelInstance):
         times.compute_infer_ns = received - sent
         times.compute_output_ns = time.perf_counter_ns() - received
         return results
+
+    def _stream(
+        self, stub: StubProcess, requests: Sequence[InferRequest], messages: list[RequestMsg]
+    ) -> list[RequestResult]:
+        """A decoupled model's batch: hand each response to its request's `on_response` as it
+        comes, until execute has returned and every request has had its final flag. Each
+        request's result is {} or the first error it got (for the statistics)."""
+        results: list[RequestResult] = [{} for _ in requests]
+        open_requests = set(range(len(requests)))
+        executed = False
+        try:
+            stub.send(Execute(self._inputs.ref, self._outputs.ref, messages))
+            while open_requests or not executed:
+                reply = stub.recv()
+                if isinstance(reply, Streamed):
+                    self._deliver(requests, results, reply)
+                    if reply.flags & _RESPONSE_FINAL:
+                        open_requests.discard(reply.position)
+                    continue
+                if getattr(reply, "inputs_retained", False):
+                    self._inputs.close()
+                if isinstance(reply, Results):
+                    executed = True
+                elif isinstance(reply, BatchFailed):
+                    error = ServeError.internal(f"{self._name}: {reply.reason}")
+                    for index in open_requests:
+                        self._fail(requests[index], results, index, error)
+                    return results
+                else:
+                    raise ServeError.internal(
+                        f"{self._name}: unexpected stub reply {type(reply).__name__}"
+                    )
+        except StubExited as exc:
+            self._drop_stub()
+            log.warning("%s: %s", self.context.instance_name, exc)
+            error = ServeError.internal(f"{self._name}: {exc}")
+            for index in open_requests:
+                self._fail(requests[index], results, index, error)
+        return results
+
+    def _deliver(
+        self, requests: Sequence[InferRequest], results: list[RequestResult], reply: Streamed
+    ) -> None:
+        final = bool(reply.flags & _RESPONSE_FINAL)
+        result = None if reply.response is None else self._read_response(reply.response)
+        if isinstance(result, ServeError) and not isinstance(results[reply.position], ServeError):
+            results[reply.position] = result
+        on_response = requests[reply.position].on_response
+        if on_response is not None:
+            on_response(result, final)
+
+    @staticmethod
+    def _fail(
+        request: InferRequest, results: list[RequestResult], index: int, error: ServeError
+    ) -> None:
+        results[index] = error
+        if request.on_response is not None:
+            request.on_response(error, True)
 
     def _write_inputs(self, requests: Sequence[InferRequest]) -> list[RequestMsg]:
         """Copy every fixed-size input into the input arena; BYTES inputs ride in the message."""

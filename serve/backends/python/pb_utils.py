@@ -2,7 +2,7 @@
 
 The stub registers this module under Triton's name before it imports the model, so models
 written for Triton's python backend run unchanged. Only the parts that make sense without
-Triton's C++ core are here; BLS and decoupled responses raise `TritonModelException`.
+Triton's C++ core are here; BLS raises `TritonModelException`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -148,6 +149,7 @@ class InferenceRequest:
         if parameters is None:
             parameters = {}
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._response_sender: InferenceResponseSender | None = None  # set for decoupled models
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -180,14 +182,57 @@ class InferenceRequest:
     def is_cancelled(self) -> bool:
         return False
 
-    def get_response_sender(self) -> Any:
-        raise TritonModelException("decoupled models are not supported yet")
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._response_sender is None:
+            raise TritonModelException(
+                "get_response_sender is only available to models with a decoupled"
+                " model_transaction_policy"
+            )
+        return self._response_sender
 
     def exec(self, *args: Any, **kwargs: Any) -> InferenceResponse:
         raise TritonModelException("BLS is not supported yet")
 
     async def async_exec(self, *args: Any, **kwargs: Any) -> InferenceResponse:
         raise TritonModelException("BLS is not supported yet")
+
+
+class InferenceResponseSender:
+    """Sends a decoupled model's responses to one request, from any thread, during or after
+    `execute`; the one sent with TRITONSERVER_RESPONSE_COMPLETE_FINAL is the last."""
+
+    def __init__(self, emit: Callable[[InferenceResponse | None, int], None]) -> None:
+        self._emit = emit
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero"
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                f"send expects an InferenceResponse, not {type(response).__name__}"
+            )
+        with self._lock:
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed"
+                    " (a response with TRITONSERVER_RESPONSE_COMPLETE_FINAL was sent already)"
+                )
+            self._emit(response, flags)
+            if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                self._closed = True
+
+    def close(self) -> bool:
+        """Refuse further responses; False when the final one had been sent already."""
+        with self._lock:
+            was_open, self._closed = not self._closed, True
+        return was_open
+
+    def is_cancelled(self) -> bool:
+        return False
 
 
 class InferenceResponse:

@@ -7,7 +7,9 @@ only name, dtype, shape and offset. BYTES tensors (object arrays) have no fixed 
 travel pickled, inline.
 
 A conversation: Init -> Ready | Failed; then per batch Execute -> [Grow -> ArenaUpdate ->]
-Results | BatchFailed; finally Finalize -> Finalized.
+Results | BatchFailed; finally Finalize -> Finalized. A decoupled model's batch: Execute ->
+any number of Streamed, before and after Results (execute returned) or BatchFailed, until every
+request has had its final flag.
 """
 
 from __future__ import annotations
@@ -103,6 +105,15 @@ class Finalized(NamedTuple):
     error: str | None = None
 
 
+class Streamed(NamedTuple):
+    """A decoupled model's response to request `position` of the batch in flight (tensors inline);
+    `response` None with the final flag only ends the request."""
+
+    position: int
+    response: ResponseMsg | None
+    flags: int
+
+
 def place(sizes: Sequence[int], start: int = 0) -> tuple[list[int], int]:
     """Aligned offsets for buffers of `sizes` bytes laid out in order, and the end offset."""
     offsets = []
@@ -130,6 +141,7 @@ _MESSAGES: tuple[type, ...] = (
     Results,
     BatchFailed,
     Finalized,
+    Streamed,
 )
 _TAGS = {cls: tag for tag, cls in enumerate(_MESSAGES)}
 
@@ -147,6 +159,10 @@ def encode(message: Any) -> tuple[Any, ...]:
         return (tag, responses, message.inputs_retained)
     if isinstance(message, ArenaUpdate):
         return (tag, tuple(message.output_arena))
+    if isinstance(message, Streamed):
+        r = message.response
+        flat = None if r is None else ([tuple(m) for m in r.outputs], r.error, r.error_code)
+        return (tag, message.position, flat, message.flags)
     return (tag, *message)
 
 
@@ -168,4 +184,10 @@ def decode(data: tuple[Any, ...]) -> Any:
         return Results(responses, data[2])
     if cls is ArenaUpdate:
         return ArenaUpdate(ArenaRef(*data[1]))
+    if cls is Streamed:
+        flat = data[2]
+        response = (
+            None if flat is None else ResponseMsg([TensorMeta(*m) for m in flat[0]], *flat[1:])
+        )
+        return Streamed(data[1], response, data[3])
     return cls(*data[1:])

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import signal
 import sys
+import threading
 import traceback
 import weakref
 from pathlib import Path
@@ -41,6 +43,7 @@ from serve.backends.python.protocol import (
     RequestMsg,
     ResponseMsg,
     Results,
+    Streamed,
     TensorMeta,
     arena_array,
     place,
@@ -62,6 +65,9 @@ class Stub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inputs = Attachment()
         self._outputs = Attachment()
+        self._decoupled = False
+        # A decoupled model's responses may be sent from its own threads at any time.
+        self._send_lock = threading.Lock()
 
     def serve(self) -> None:
         try:
@@ -72,7 +78,9 @@ class Stub:
             while True:
                 message = self._channel.recv()
                 if isinstance(message, Execute):
-                    self._channel.send(self._execute(message))
+                    answer = self._execute(message)
+                    with self._send_lock:
+                        self._channel.send(answer)
                 elif isinstance(message, Finalize):
                     self._channel.send(self._finalize())
                     return
@@ -83,6 +91,8 @@ class Stub:
         self._model_file = Path(init.model_file)
         self._model_name = init.args.get("model_name", "")
         self._model_version = int(init.args.get("model_version", "-1"))
+        config = json.loads(init.args.get("model_config") or "{}")
+        self._decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
         stage = "shared memory setup"
         try:
             self._inputs.buf(init.input_arena)
@@ -105,7 +115,10 @@ class Stub:
         buf = self._inputs.buf(message.input_arena)
         views: list[weakref.ref[np.ndarray]] = []
         requests = [self._request(r, buf, views) for r in message.requests]
-        reply = self._run_batch(requests, message.output_arena)
+        if self._decoupled:
+            reply = self._run_decoupled(requests)
+        else:
+            reply = self._run_batch(requests, message.output_arena)
         del requests
         # The model kept an input array: the server must not write over it next time.
         if any(view() is not None for view in views):
@@ -128,6 +141,36 @@ class Stub:
                 f"execute returned {len(responses)} responses for {len(requests)} requests"
             )
         return self._pack(responses, output_arena)
+
+    def _run_decoupled(self, requests: list[pb_utils.InferenceRequest]) -> Results | BatchFailed:
+        """Run a decoupled model's execute; its responses go out through the senders."""
+        senders = []
+        for index, request in enumerate(requests):
+            sender = pb_utils.InferenceResponseSender(self._emitter(index))
+            request._response_sender = sender
+            senders.append(sender)
+        try:
+            returned = self._run(self._model.execute(requests))
+            if returned is not None:
+                raise pb_utils.TritonModelException(
+                    "execute of a decoupled model must return None, not "
+                    f"{type(returned).__name__}; send responses with the response sender"
+                )
+        except Exception as exc:
+            traceback.print_exc()
+            # No response may follow the error: the server fails every unfinished request.
+            for sender in senders:
+                sender.close()
+            return BatchFailed(f"execute failed: {describe(exc, self._model_file)}")
+        return Results([])
+
+    def _emitter(self, index: int) -> Any:
+        def emit(response: pb_utils.InferenceResponse | None, flags: int) -> None:
+            message = Streamed(index, None if response is None else _inline(response), flags)
+            with self._send_lock:
+                self._channel.send(message)
+
+        return emit
 
     def _request(
         self, msg: RequestMsg, buf: memoryview, views: list[weakref.ref[np.ndarray]]
@@ -229,6 +272,31 @@ def _layout(
         metas.append(meta)
         writes.append((meta, array))
     return metas, writes, end
+
+
+def _inline(response: pb_utils.InferenceResponse) -> ResponseMsg:
+    """A response with its tensors carried in the message (a decoupled model's responses may
+    be sent from any thread at any time, so they do not share the output arena)."""
+    error = response.error()
+    if error is not None:
+        if isinstance(error, pb_utils.TritonError):
+            return ResponseMsg([], error.message(), error.code())
+        return ResponseMsg([], str(error), pb_utils.TritonError.UNKNOWN)
+    metas = []
+    for tensor in response.output_tensors():
+        if not isinstance(tensor, pb_utils.Tensor):
+            raise pb_utils.TritonModelException(f"output {tensor!r} is not a pb_utils.Tensor")
+        array = tensor.as_numpy()
+        if array.dtype.kind in _BYTES_KINDS:
+            array = _bytes_array(array)
+        else:
+            try:
+                wire_datatype(array.dtype)
+            except ProtocolError as exc:
+                raise pb_utils.TritonModelException(f"output '{tensor.name()}': {exc}") from None
+            array = np.ascontiguousarray(array)
+        metas.append(TensorMeta(tensor.name(), array.dtype.str, array.shape, -1, array))
+    return ResponseMsg(metas)
 
 
 def _bytes_array(array: np.ndarray) -> np.ndarray:
