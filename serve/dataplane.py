@@ -133,8 +133,8 @@ class DataPlane:
         if not self.accepting:
             raise ServeError.unavailable("the server is shutting down")
         model = self.repository.get(request.model_name, request.model_version)
-        if model.decoupled:
-            raise ServeError.invalid(
+        if model.decoupled:  # UNSUPPORTED as tritonserver answers: 501 / UNIMPLEMENTED
+            raise ServeError.unsupported(
                 f"{endpoint} doesn't support models with decoupled transaction policy: model"
                 f" '{model.name}' may send any number of responses; use the gRPC ModelStreamInfer"
                 " RPC (streaming)"

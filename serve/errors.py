@@ -31,6 +31,10 @@ class ServeError(Exception):
         return cls(ErrorKind.INVALID_ARGUMENT, message)
 
     @classmethod
+    def unsupported(cls, message: str) -> ServeError:
+        return cls(ErrorKind.UNSUPPORTED, message)
+
+    @classmethod
     def not_found(cls, message: str) -> ServeError:
         return cls(ErrorKind.NOT_FOUND, message)
 

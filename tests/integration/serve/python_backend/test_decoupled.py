@@ -229,14 +229,14 @@ def test_unary_grpc_and_http_refuse_decoupled_models(server: RunningServer) -> N
         pytest.raises(InferenceServerException) as raised,
     ):
         client.infer("repeat", [tensor])
-    assert str(raised.value.status()) == "StatusCode.INVALID_ARGUMENT"
+    assert str(raised.value.status()) == "StatusCode.UNIMPLEMENTED"
     assert "ModelInfer RPC doesn't support models with decoupled transaction policy" in str(
         raised.value
     )
     assert "'repeat'" in str(raised.value)
     body = {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [2]}]}
     answer = httpx.post(f"{server.base}/v2/models/repeat/infer", json=body, timeout=30)
-    assert answer.status_code == 400
+    assert answer.status_code == 501
     error = answer.json()["error"]
     assert "doesn't support models with decoupled transaction policy" in error
     assert "'repeat'" in error
