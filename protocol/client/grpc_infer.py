@@ -11,6 +11,7 @@ sent with exactly one record.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -112,7 +113,7 @@ async def wait_connected(channel: grpc.aio.Channel, timeout_s: float) -> str:
 Callback = Callable[[Any, RawRecord], None]
 
 
-class _Caller:
+class _Caller(abc.ABC):
     """What the load driver needs of a connection: send, state, close."""
 
     def __init__(self, address: str, on_done: Callback) -> None:
@@ -137,9 +138,9 @@ class _Caller:
         self.was_open = False  # before close() reports: the owner then backs off
         self.close(f"cannot reach the server at {self._address}: {reason}")
 
+    @abc.abstractmethod
     def close(self, reason: str = "") -> None:
         """Close; a request in flight fails now with `reason`."""
-        raise NotImplementedError
 
     def _finish(self, ok: bool, error: str) -> None:
         end = perf_counter_ns()

@@ -9,6 +9,7 @@ written down independently of the server's own tables."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,44 +81,49 @@ class InferAnswer:
     outputs: dict[str, Output]
 
 
-class ContractClient:
+class ContractClient(abc.ABC):
     """The operations the suite needs; one subclass per transport."""
 
     transport: str
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
-    def server_live(self) -> bool:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def server_live(self) -> bool: ...
 
-    def server_ready(self) -> bool:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def server_ready(self) -> bool: ...
 
-    def model_ready(self, model: str, version: str = "") -> bool:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def model_ready(self, model: str, version: str = "") -> bool: ...
 
-    def server_metadata(self) -> service_pb2.ServerMetadataResponse:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def server_metadata(self) -> service_pb2.ServerMetadataResponse: ...
 
-    def model_metadata(self, model: str, version: str = "") -> service_pb2.ModelMetadataResponse:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def model_metadata(
+        self, model: str, version: str = ""
+    ) -> service_pb2.ModelMetadataResponse: ...
 
-    def model_config(self, model: str, version: str = "") -> model_config_pb2.ModelConfig:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def model_config(self, model: str, version: str = "") -> model_config_pb2.ModelConfig: ...
 
-    def statistics(self, model: str = "", version: str = "") -> service_pb2.ModelStatisticsResponse:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def statistics(
+        self, model: str = "", version: str = ""
+    ) -> service_pb2.ModelStatisticsResponse: ...
 
-    def repository_index(self) -> list[service_pb2.RepositoryIndexResponse.ModelIndex]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def repository_index(self) -> list[service_pb2.RepositoryIndexResponse.ModelIndex]: ...
 
-    def load(self, model: str, config: model_config_pb2.ModelConfig | None = None) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def load(self, model: str, config: model_config_pb2.ModelConfig | None = None) -> None: ...
 
-    def unload(self, model: str) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def unload(self, model: str) -> None: ...
 
+    @abc.abstractmethod
     def infer(
         self,
         model: str,
@@ -130,7 +136,7 @@ class ContractClient:
     ) -> InferAnswer:
         """Infer with each array sent as the tensor of that name (its datatype from the array's
         dtype); `outputs` None asks for every output; `class_count` applies to each requested."""
-        raise NotImplementedError
+        ...
 
 
 def _config_json(config: model_config_pb2.ModelConfig | None) -> str | None:
