@@ -294,3 +294,21 @@ def run_main(main: Callable[[], None]) -> None:
         main()
     except KeyboardInterrupt:
         sys.exit("interrupted: both servers stopped")
+
+
+# The python-backend form of `simple`, for Triton (and for ours with --ours-backend python).
+SIMPLE_MODEL = '''"""simple: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1"""
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            in1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            outputs = [pb_utils.Tensor("OUTPUT0", in0 + in1), pb_utils.Tensor("OUTPUT1", in0 - in1)]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+'''

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import text_format
 from peer import (
+    SIMPLE_MODEL,
     Run,
     check_outputs,
     install,
@@ -91,21 +92,6 @@ output [
 """
     + BATCHING
 )
-SIMPLE_MODEL = '''"""simple: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1"""
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            in1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            outputs = [pb_utils.Tensor("OUTPUT0", in0 + in1), pb_utils.Tensor("OUTPUT1", in0 - in1)]
-            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
-        return responses
-'''
 
 
 @dataclass(frozen=True)

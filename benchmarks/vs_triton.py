@@ -34,6 +34,7 @@ import numpy as np
 from google.protobuf import text_format
 from peer import (
     ROOT,
+    SIMPLE_MODEL,
     Run,
     check_outputs,
     install,
@@ -57,23 +58,6 @@ MODES: dict[str, tuple[str, tuple[str, ...]]] = {
     "grpc-shm": ("grpc", ("--shared-memory", "system")),
     "http-shm": ("http", ("--shared-memory", "system")),
 }
-
-# The python-backend form of `simple`, for Triton (and for ours with --ours-backend python).
-PYTHON_MODEL = '''"""simple: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1"""
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            in1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            outputs = [pb_utils.Tensor("OUTPUT0", in0 + in1), pb_utils.Tensor("OUTPUT1", in0 - in1)]
-            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
-        return responses
-'''
 
 
 def simple_check() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -127,10 +111,10 @@ def main() -> None:
         source = ROOT / "model_repository" / MODEL
         config = text_format.Parse((source / "config.pbtxt").read_text(), mc.ModelConfig())
         if args.ours_backend == "python":
-            python_model(config, PYTHON_MODEL, ours_repository / MODEL)
+            python_model(config, SIMPLE_MODEL, ours_repository / MODEL)
         else:
             shutil.copytree(source, ours_repository / MODEL)
-        python_model(config, PYTHON_MODEL, peer_repository / MODEL)
+        python_model(config, SIMPLE_MODEL, peer_repository / MODEL)
 
         servers = [
             stack.enter_context(ours(ours_repository, scratch / "ours.log", args.ours_flag)),
