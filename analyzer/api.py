@@ -85,6 +85,19 @@ class PerfSession:
         self.runs.append(run)
         return run
 
+    async def measure_settling(self, level: LoadLevel, retries: int) -> LevelRun:
+        """`measure`, and while the level does not settle (up to `retries` times) measure it
+        again with windows twice as long, as perf_analyzer advises when it gives up."""
+        run = await self.measure(level)
+        settings = self.profiler.settings
+        for _ in range(retries):
+            if run.stable or run.failure:
+                break
+            settings = settings.with_longer_windows()
+            run = await self.profiler.measure(level, settings)
+            self.runs.append(run)
+        return run
+
 
 @asynccontextmanager
 async def open_session(
@@ -174,15 +187,22 @@ async def find_max_load_async(
     start: int = 1,
     max_level: int = 1024,
     max_binary_steps: int = 5,
+    unstable_retries: int = 0,
 ) -> SearchResult:
     """The highest concurrency (or request rate) whose `percentile` latency stays within
     `latency_limit_us`: doubling from `start` up to `max_level`, then binary search at the
     boundary. `SearchResult.best` is the passing measurement with the highest throughput;
-    it is None (and `reason` says so) when even `start` is over the limit."""
+    it is None (and `reason` says so) when even `start` is over the limit. A level that does
+    not settle is measured again, up to `unstable_retries` times, with windows twice as long
+    each time."""
     settings = settings or MeasureSettings()
     async with open_session(options, settings) as session:
+
+        async def measure(level: LoadLevel) -> LevelRun:
+            return await session.measure_settling(level, unstable_retries)
+
         return await search_max_load(
-            session.measure,
+            measure,
             latency_limit_us=latency_limit_us,
             percentile=percentile,
             mode=mode,
@@ -201,6 +221,7 @@ def find_max_load(
     start: int = 1,
     max_level: int = 1024,
     max_binary_steps: int = 5,
+    unstable_retries: int = 0,
 ) -> SearchResult:
     """`find_max_load_async` on its own event loop."""
     return run_sync(
@@ -213,5 +234,6 @@ def find_max_load(
             start=start,
             max_level=max_level,
             max_binary_steps=max_binary_steps,
+            unstable_retries=unstable_retries,
         )
     )

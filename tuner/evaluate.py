@@ -36,6 +36,9 @@ class EvaluationSettings:
     measure: MeasureSettings = TRIAL_MEASUREMENT
     max_concurrency: int = 128
     binary_steps: int = 2
+    # A level that does not settle in its windows gets one more try with windows twice as
+    # long: on a busy machine short windows at a low load often wobble past the threshold.
+    unstable_retries: int = 1
     input_data: str = "random"
     protocol: str = "http"  # what the load speaks: http | grpc
 
@@ -100,6 +103,7 @@ class TrialEvaluator:
                 percentile=budget.percentile,
                 max_level=self._settings.max_concurrency,
                 max_binary_steps=self._settings.binary_steps,
+                unstable_retries=self._settings.unstable_retries,
             )
         except AnalyzerError as exc:
             return TrialOutcome.failed(f"measurement failed: {exc}")

@@ -27,7 +27,8 @@ class LevelProfiler:
         self.batch_size = batch_size
         self._started = False
 
-    async def measure(self, level: LoadLevel) -> LevelRun:
+    async def measure(self, level: LoadLevel, settings: MeasureSettings | None = None) -> LevelRun:
+        """Measure `level` with the profiler's settings, or with `settings` when given."""
         if self._started:
             await self.driver.change(level)
         else:
@@ -36,7 +37,7 @@ class LevelProfiler:
         return await profile_level(
             self.driver,
             level,
-            self.settings,
+            settings or self.settings,
             self.probe,
             model=self.model,
             batch_size=self.batch_size,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TIME_WINDOWS = "time_windows"
 COUNT_WINDOWS = "count_windows"
@@ -65,3 +65,11 @@ class MeasureSettings:
     @property
     def latency_threshold_us(self) -> float:
         return self.latency_threshold_ms * 1000.0
+
+    def with_longer_windows(self) -> MeasureSettings:
+        """These settings with windows twice as long (in time, or in requests)."""
+        return replace(
+            self,
+            measurement_interval_ms=self.measurement_interval_ms * 2,
+            measurement_request_count=self.measurement_request_count * 2,
+        )
