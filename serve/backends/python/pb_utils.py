@@ -1,8 +1,9 @@
 """`triton_python_backend_utils`: the API a Triton python model imports as `pb_utils`.
 
 The stub registers this module under Triton's name before it imports the model, so models
-written for Triton's python backend run unchanged. Only the parts that make sense without
-Triton's C++ core are here; BLS raises `TritonModelException`.
+written for Triton's python backend run unchanged. What needs the server (BLS inference, model
+load / unload / readiness, custom metrics) goes through the services the stub installs with
+`_install_services`; outside a stub those calls raise `TritonModelException`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import copy
 import json
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -45,6 +46,39 @@ _TYPE_TO_WIRE = {v: k for k, v in TRITONSERVER_TYPES.items()}
 
 class TritonModelException(Exception):
     """Raised by the API on misuse; a model may raise it too."""
+
+
+class StubServices(Protocol):
+    """What the stub provides to the API for the calls that need the server."""
+
+    def infer(
+        self, request: InferenceRequest, decoupled: bool
+    ) -> InferenceResponse | Iterator[InferenceResponse]: ...
+
+    async def infer_async(
+        self, request: InferenceRequest, decoupled: bool
+    ) -> InferenceResponse | Iterator[InferenceResponse]: ...
+
+    def control(self, op: str, args: tuple[Any, ...]) -> Any: ...
+
+    def metric(self, op: str, args: tuple[Any, ...]) -> float | None: ...
+
+
+_SERVICES: StubServices | None = None
+
+
+def _install_services(services: StubServices | None) -> None:
+    """Called by the stub once at start (None removes them)."""
+    global _SERVICES
+    _SERVICES = services
+
+
+def _services() -> StubServices:
+    if _SERVICES is None:
+        raise TritonModelException(
+            "this call needs the server: it only works inside a model the server runs"
+        )
+    return _SERVICES
 
 
 class TritonError:
@@ -123,7 +157,10 @@ class Tensor:
 
 
 class InferenceRequest:
-    """A request handed to `execute`. Building one for BLS works, executing it does not yet."""
+    """A request handed to `execute`, or one a model builds to call another model (BLS):
+    `exec()` waits for the answer, `await async_exec()` lets several run at once. With
+    `decoupled=True` both give an iterator over the callee's responses; the last may carry no
+    tensors (only the final flag)."""
 
     def __init__(
         self,
@@ -190,11 +227,25 @@ class InferenceRequest:
             )
         return self._response_sender
 
-    def exec(self, *args: Any, **kwargs: Any) -> InferenceResponse:
-        raise TritonModelException("BLS is not supported yet")
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on `model_name` through its scheduler; an InferenceResponse (its
+        error set when the call failed), or an iterator of them when `decoupled`."""
+        self._check_callable()
+        return _services().infer(self, decoupled)
 
-    async def async_exec(self, *args: Any, **kwargs: Any) -> InferenceResponse:
-        raise TritonModelException("BLS is not supported yet")
+    async def async_exec(self, decoupled: bool = False) -> Any:
+        """`exec` without blocking the model's event loop."""
+        self._check_callable()
+        return await _services().infer_async(self, decoupled)
+
+    def _check_callable(self) -> None:
+        if not self._model_name:
+            raise TritonModelException("InferenceRequest needs a model_name to be executed")
+        for tensor in self._inputs:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(
+                    f"InferenceRequest inputs must be pb_utils.Tensor, not {type(tensor).__name__}"
+                )
 
 
 class InferenceResponseSender:
@@ -256,6 +307,24 @@ class InferenceResponse:
 
     def error(self) -> TritonError | None:
         return self._error
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Load or reload `model_name` (the server must run with --model-control-mode explicit);
+    `config` is a JSON model config overriding config.pbtxt, `files` maps "file:<version>/<name>"
+    to the bytes of the model's files (then `config` is required), as the repository API takes
+    them. Raises TritonModelException with the server's reason when it fails."""
+    _services().control("load", (model_name, config, dict(files or {})))
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """Unload `model_name` (explicit model control only)."""
+    _services().control("unload", (model_name, bool(unload_dependents)))
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Whether the server can serve `model_name` (the given version, or the one it serves)."""
+    return bool(_services().control("is_ready", (model_name, str(model_version))))
 
 
 def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
