@@ -5,7 +5,6 @@ real server and called with tritonclient over HTTP and gRPC."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
