@@ -13,6 +13,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from serve.backends.base import BatchTimes, InstanceContext, ModelInstance, RequestResult
+from serve.backends.python.environment import execution_env_paths
 from serve.backends.python.process import StubExited, StubProcess, StubTimeout
 from serve.backends.python.protocol import (
     ArenaUpdate,
@@ -127,7 +128,7 @@ class PythonModelInstance(ModelInstance):
     def _start(self) -> StubProcess:
         self._inputs.ensure(0)
         self._outputs.ensure(0)
-        stub = StubProcess.start()
+        stub = StubProcess.start(execution_env_paths(self.context.config, self.context.model_dir))
         try:
             init = Init(
                 str(self.context.model_path),

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,17 @@ class StubExited(Exception):
     """The stub process is gone; the message says how it ended."""
 
 
-class StubTimeout(Exception):
+class StubTimeout(TimeoutError):
     """The stub did not answer in time."""
 
 
-def child_env() -> dict[str, str]:
-    """The server's environment, with this package importable however the server was started."""
+def child_env(import_paths: Sequence[str] = ()) -> dict[str, str]:
+    """The server's environment, with this package importable however the server was started,
+    and `import_paths` (a model's own environment) ahead of everything else."""
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[3])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    paths = (*import_paths, root, env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
 
 
@@ -44,21 +47,23 @@ def exit_description(pid: int, code: int) -> str:
 
 
 class StubProcess:
-    """A running stub and the connection to it. Not thread-safe: one caller at a time."""
+    """A running stub and the connection to it. Any thread may send; one thread at a time
+    may receive."""
 
     def __init__(self, proc: subprocess.Popen[bytes], channel: Channel) -> None:
         self._proc = proc
         self._channel = channel
 
     @classmethod
-    def start(cls) -> StubProcess:
+    def start(cls, import_paths: Sequence[str] = ()) -> StubProcess:
+        """Start a stub; `import_paths` come first on its import path."""
         ours, theirs = socket.socketpair()
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", STUB_MODULE, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
-                env=child_env(),
+                env=child_env(import_paths),
             )
         except BaseException:
             ours.close()
