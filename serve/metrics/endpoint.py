@@ -7,6 +7,8 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
+from serve.custom_metrics import CustomMetrics
+from serve.metrics.custom import CustomMetricsCollector
 from serve.metrics.exposition import CONTENT_TYPE, render
 from serve.metrics.gpu import open_gpu_collector
 from serve.metrics.inference import InferenceCollector, ModelSource
@@ -40,13 +42,17 @@ class MetricsApp:
         )
 
 
-def build_metrics_app(models: Callable[[], Iterable[ModelSource]]) -> MetricsApp:
-    """Inference metrics over the loaded model versions `models()` returns, CPU metrics, and
-    GPU metrics when NVML finds a GPU."""
+def build_metrics_app(
+    models: Callable[[], Iterable[ModelSource]], custom: CustomMetrics | None = None
+) -> MetricsApp:
+    """Inference metrics over the loaded model versions `models()` returns, CPU metrics, GPU
+    metrics when NVML finds a GPU, and the custom metrics python models define, after them."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InferenceCollector(models))
     registry.register(CpuCollector())
     gpus = open_gpu_collector()
     if gpus is not None:
         registry.register(gpus)
+    if custom is not None:
+        registry.register(CustomMetricsCollector(custom))
     return MetricsApp(registry)

@@ -25,6 +25,10 @@ def _value(value: float) -> str:
     return floatToGoString(value)
 
 
+def _label_order(item: tuple[str, str]) -> tuple[bool, str]:
+    return item[0] == "le", item[0]  # a histogram's `le` last, as Triton writes it
+
+
 def render(families: Iterable[Metric]) -> bytes:
     lines: list[str] = []
     for family in families:
@@ -34,7 +38,7 @@ def render(families: Iterable[Metric]) -> bytes:
         for sample in family.samples:
             labels = ",".join(
                 f'{key}="{_escape(value, quote=True)}"'
-                for key, value in sorted(sample.labels.items())
+                for key, value in sorted(sample.labels.items(), key=_label_order)
             )
             selector = f"{{{labels}}}" if labels else ""
             lines.append(f"{sample.name}{selector} {_value(sample.value)}")
