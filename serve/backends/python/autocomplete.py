@@ -16,6 +16,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serve.backends.python.environment import execution_env_paths
 from serve.backends.python.process import child_env
 from serve.errors import ServeError
 
@@ -43,7 +44,7 @@ def _run_hook(
             proc = subprocess.run(
                 [sys.executable, "-m", CHILD_MODULE, str(model_path), str(result_file)],
                 input=config_json.encode(),
-                env=child_env(),
+                env=child_env(execution_env_paths(config, model_path.parent.parent)),
                 timeout=timeout_s,
                 check=False,
             )

@@ -44,7 +44,7 @@ def execution_env_paths(
     environment is missing, unreadable, or not for this server's Python."""
     if PARAMETER not in config.parameters:
         return []
-    label = f"{config.name}: parameters['{PARAMETER}']"
+    label = f"{config.name or model_dir.name}: parameters['{PARAMETER}']"
     value = config.parameters[PARAMETER].string_value.strip()
     if not value:
         raise ServeError.unavailable(f"{label} is empty: give an environment folder or archive")
