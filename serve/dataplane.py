@@ -17,10 +17,13 @@ from protocol.datatypes import config_to_wire
 from protocol.metadata import ModelMetadata, TensorMetadata
 from serve.backends.registry import backend_name
 from serve.config.model_config import config_from_json, config_to_json
+from serve.custom_metrics import CustomMetrics
 from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.log_settings import LogSettings, LogValue
+from serve.model.loader import ServerServices
 from serve.model.model_version import ModelVersion, ResponseCallback, StreamCallback
+from serve.model_calls import DataPlaneCalls
 from serve.repository.manager import ModelRepository
 from serve.shared_memory.registry import SharedMemoryRegistry
 from serve.shared_memory.tensors import bind_regions, uses_shared_memory
@@ -79,6 +82,8 @@ class DataPlane:
         self.tracer = Tracer()
         self.logs = log_settings or LogSettings()
         self.shared_memory = SharedMemoryRegistry()
+        self.custom_metrics = CustomMetrics()  # what python models define, shown in /metrics
+        repository.services = ServerServices(DataPlaneCalls(self), self.custom_metrics)
 
     # -- health and metadata ------------------------------------------------------------------
 

@@ -10,18 +10,50 @@ therefore run instances in parallel; the python backend runs each instance in it
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serve.custom_metrics import CustomMetrics
 from serve.errors import ServeError
-from serve.inference import InferRequest
+from serve.inference import InferRequest, InferResponse
 
 # Per-request result of a batch: every output the model produced, or an error for that request.
 RequestResult = dict[str, np.ndarray] | ServeError
+# A called model's responses: each response (None: a bare final flag) and whether it is the last.
+CallResponse = Callable[[InferResponse | ServeError | None, bool], None]
+Done = Callable[[ServeError | None], None]
+
+
+class ModelCalls(abc.ABC):
+    """What a model may ask of the server it runs in (Triton's BLS and model control): any
+    thread may call these; answers come by callback, on the server's event loop thread."""
+
+    @abc.abstractmethod
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The server's event loop; called on it before the instances that call load."""
+
+    @abc.abstractmethod
+    def infer(self, request: InferRequest, on_response: CallResponse, decoupled: bool) -> None:
+        """Run `request` through its model's scheduler, as a client request would be.
+        `decoupled` False asks for exactly one response (an error for a decoupled model)."""
+
+    @abc.abstractmethod
+    def load(self, name: str, parameters: dict[str, Any], on_done: Done) -> None:
+        """Load or reload `name` with the repository API's parameters (config, file:...)."""
+
+    @abc.abstractmethod
+    def unload(self, name: str, on_done: Done) -> None:
+        """Unload `name`."""
+
+    @abc.abstractmethod
+    def is_ready(self, name: str, version: str, on_done: Callable[[bool], None]) -> None:
+        """Whether `name` (at `version`, or the version served when "") is ready."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +70,8 @@ class InstanceContext:
     instance_index: int
     kind: str = "KIND_CPU"  # the kind this instance really runs on
     device_id: int = 0
+    model_calls: ModelCalls | None = None  # None where no server runs the model
+    custom_metrics: CustomMetrics | None = None  # the server's registry of models' own metrics
 
 
 @dataclass(slots=True)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.base import Backend, InstanceContext, ModelInstance
+from serve.backends.base import Backend, InstanceContext, ModelCalls, ModelInstance
 from serve.backends.registry import backend_name, get_backend
+from serve.custom_metrics import CustomMetrics
 from serve.errors import ServeError
 from serve.model.classification import read_labels
 from serve.model.model_version import ModelVersion
@@ -62,11 +63,26 @@ def model_file(config: mc.ModelConfig, model_dir: Path, version: int, backend: B
     return model_dir / str(version) / filename
 
 
+@dataclass(frozen=True, slots=True)
+class ServerServices:
+    """What the server offers the models it runs (BLS and model control, custom metrics)."""
+
+    model_calls: ModelCalls | None = None
+    custom_metrics: CustomMetrics | None = None
+
+
 async def load_model_version(
-    config: mc.ModelConfig, version: int, model_dir: Path, repository_path: Path
+    config: mc.ModelConfig,
+    version: int,
+    model_dir: Path,
+    repository_path: Path,
+    services: ServerServices | None = None,
 ) -> ModelVersion:
     """Create, load and warm up every instance, then start the scheduler."""
     loop = asyncio.get_running_loop()
+    services = services or ServerServices()
+    if services.model_calls is not None:
+        services.model_calls.bind(loop)
     backend = get_backend(backend_name(config))
     path = model_file(config, model_dir, version, backend)
     if not path.exists():
@@ -87,6 +103,8 @@ async def load_model_version(
                 instance_index=len(instances),
                 kind=planned.kind,
                 device_id=planned.device_id,
+                model_calls=services.model_calls,
+                custom_metrics=services.custom_metrics,
             )
             instance = backend.create_instance(context)
             instances.append(instance)

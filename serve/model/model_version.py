@@ -70,11 +70,29 @@ class ModelVersion:
 
     def submit_stream(self, request: InferRequest, on_response: StreamCallback) -> None:
         """Validate (raising ServeError) and queue a decoupled model's request: `on_response`
-        gets each response on the event loop's thread, the last one with final True."""
+        gets each response on the event loop's thread, the last one with final True.
+
+        The batch's execute may return before the request's final flag (the model goes on
+        sending from its own threads): the request is counted when execute returns, and its
+        stream ends with the final flag, or with the error the batch ended with."""
         self.checker.check_request(request)
         checker = self.checker
         loop = asyncio.get_running_loop()
-        last: list[InferResponse | ServeError | None] = []  # the response sent as final
+        executed = False
+        ended = False
+        held: list[InferResponse | ServeError | None] = []  # a final flag before execute returned
+
+        def deliver(result: InferResponse | ServeError | None, final: bool) -> None:  # loop
+            nonlocal ended
+            if ended:
+                return
+            if not final:
+                on_response(result, False)
+            elif executed:
+                ended = True
+                on_response(result, True)
+            else:
+                held.append(result)  # until the statistics have counted the request
 
         def respond(produced: RequestResult | None, final: bool) -> None:  # instance's thread
             result: InferResponse | ServeError | None
@@ -85,19 +103,22 @@ class ModelVersion:
                     result = checker.make_response(request, produced)
                 except ServeError as exc:
                     result = exc
-            if final:
-                last.append(result)  # held back until the statistics have counted the request
-            else:
-                loop.call_soon_threadsafe(on_response, result, final)
+            loop.call_soon_threadsafe(deliver, result, final)
 
         def finish(result: RequestResult) -> None:
-            # Runs after every response was queued (same thread, same loop) and the request
-            # counted; a request that ended without a final flag (refused, timed out, instance
-            # failed) ends with its error.
-            if last:
-                on_response(last[0], True)
-            else:
-                on_response(result if isinstance(result, ServeError) else None, True)
+            # Runs after execute returned and the request was counted (its responses so far
+            # were queued before, on the same loop). A request refused, timed out or failed
+            # with its batch ends with that error.
+            nonlocal executed, ended
+            executed = True
+            if ended:
+                return
+            if held:
+                ended = True
+                on_response(held[0], True)
+            elif isinstance(result, ServeError):
+                ended = True
+                on_response(result, True)
 
         request.on_response = respond
         self.batcher.enqueue(request, finish)

@@ -20,7 +20,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.errors import ErrorKind, ServeError
-from serve.model.loader import load_model_version
+from serve.model.loader import ServerServices, load_model_version
 from serve.model.model_version import ModelVersion
 from serve.repository.discovery import model_directories, prepare_config
 
@@ -68,6 +68,7 @@ class ModelRepository:
         self.poll_seconds = poll_seconds
         self._records: dict[str, ModelRecord] = {}
         self._poller: asyncio.Task[None] | None = None
+        self.services = ServerServices()  # what models loaded from now on may call
 
     # -- start-up and shutdown ----------------------------------------------------------------
 
@@ -158,7 +159,9 @@ class ModelRepository:
         errors: list[str] = []
         for version in versions:
             try:
-                loaded[version] = await load_model_version(config, version, model_dir, self.path)
+                loaded[version] = await load_model_version(
+                    config, version, model_dir, self.path, self.services
+                )
             except ServeError as exc:
                 errors.append(f"version {version}: {exc.message}")
                 record.states[version] = VersionState("UNAVAILABLE", exc.message)

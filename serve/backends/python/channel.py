@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import select
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -11,16 +12,20 @@ from serve.backends.python.protocol import decode, encode
 
 
 class Channel:
-    """Sends and receives `protocol` messages over a connected socket's file descriptor."""
+    """Sends and receives `protocol` messages over a connected socket's file descriptor. Any
+    thread may send; a lock keeps messages whole."""
 
     def __init__(self, fd: int) -> None:
         self._conn = Connection(fd)
         # A poll object made once is much cheaper per wait than Connection.poll.
         self._poller = select.poll()
         self._poller.register(fd, select.POLLIN)
+        self._send_lock = threading.Lock()
 
     def send(self, message: Any) -> None:
-        self._conn.send(encode(message))
+        data = encode(message)
+        with self._send_lock:
+            self._conn.send(data)
 
     def recv(self) -> Any:
         """The next message (blocking); EOFError once the other end has closed."""

@@ -6,18 +6,21 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
 
 from serve.backends.base import BatchTimes, InstanceContext, ModelInstance, RequestResult
+from serve.backends.python.calls import ModelCallHandler
 from serve.backends.python.environment import execution_env_paths
+from serve.backends.python.inbox import Inbox
 from serve.backends.python.process import StubExited, StubProcess, StubTimeout
 from serve.backends.python.protocol import (
     ArenaUpdate,
     BatchFailed,
+    Call,
     Execute,
     Failed,
     Finalize,
@@ -31,6 +34,7 @@ from serve.backends.python.protocol import (
     arena_array,
     place,
 )
+from serve.backends.python.response import ERROR_KINDS
 from serve.backends.python.shm import Arena
 from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest
@@ -44,23 +48,20 @@ _RESERVED_PARAMETERS = frozenset(
 _SEQUENCE_START = 1
 _SEQUENCE_END = 2
 _RESPONSE_FINAL = 1  # pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-# pb_utils.TritonError codes -> error kinds; the other codes are internal errors.
-_ERROR_KINDS = {
-    2: ErrorKind.NOT_FOUND,
-    3: ErrorKind.INVALID_ARGUMENT,
-    4: ErrorKind.UNAVAILABLE,
-    5: ErrorKind.UNSUPPORTED,
-    6: ErrorKind.ALREADY_EXISTS,
-}
+CONTROL = "control"  # the inbox key of the stub's answers to Init, Execute and Finalize
+_PUMP_S = 0.05  # how long the stream pump reads before looking at its state again
 
 
 class PythonModelInstance(ModelInstance):
     """Runs one instance of a Triton python model in its own stub process.
 
     Tensors cross in two shared-memory arenas owned here: inputs (written here, read by the
-    stub) and outputs (written by the stub, copied out here). If the stub dies, the batch in
-    flight fails and the next batch starts a new stub.
+    stub) and outputs (written by the stub, copied out here). The thread that waits on the stub
+    reads its messages (`Inbox`): the batch's answer, and on the way a decoupled model's
+    streamed responses and the model's calls to the server, handled as they come. A decoupled
+    batch ends when execute returns; its requests stay open until their final flag, read by a
+    pump thread while no batch runs. If the stub dies, the requests it held fail and the next
+    batch starts a new stub.
     """
 
     load_timeout_s = 60.0
@@ -73,10 +74,19 @@ class PythonModelInstance(ModelInstance):
         self._output_names = [output.name for output in context.config.output]
         self._decoupled = context.config.model_transaction_policy.decoupled
         self._stub: StubProcess | None = None
+        self._inbox: Inbox | None = None
         self._inputs = Arena()
         self._outputs = Arena()
         self._loaded = False
         self._lock = threading.Lock()  # unload may come from another thread than execute
+        self._next_slot = 0  # request slots, unique over the instance's life
+        self._streams: dict[int, InferRequest] = {}  # a decoupled model's open requests
+        self._streams_lock = threading.Lock()
+        # Errors streamed while the batch's execute runs: they count as the request's result.
+        self._executing = range(0)
+        self._early_errors: dict[int, ServeError] = {}
+        self._pump: threading.Thread | None = None
+        self._pump_wake = threading.Event()
 
     @property
     def pid(self) -> int | None:
@@ -93,6 +103,12 @@ class PythonModelInstance(ModelInstance):
                 self._outputs.close()
                 raise
             self._loaded = True
+            if self._decoupled:
+                self._pump = threading.Thread(
+                    target=self._pump_streams, name=f"{self.context.instance_name}-streams"
+                )
+                self._pump.daemon = True
+                self._pump.start()
 
     def execute(self, requests: Sequence[InferRequest], times: BatchTimes) -> list[RequestResult]:
         with self._lock:
@@ -104,7 +120,7 @@ class PythonModelInstance(ModelInstance):
             except Exception as exc:
                 # Unexpected here means the conversation may be out of step: start afresh.
                 log.exception("%s: execute failed", self.context.instance_name)
-                self._drop_stub()
+                self._drop_stub(ServeError.internal(f"{self._name}: {type(exc).__name__}"))
                 error = ServeError.internal(f"{self._name}: {type(exc).__name__}: {exc}")
                 return [error] * len(requests)
 
@@ -116,14 +132,22 @@ class PythonModelInstance(ModelInstance):
             self._lock.acquire()
         try:
             self._loaded = False
-            stub, self._stub = self._stub, None
-            if stub is not None:
-                finalized = self._finalize(stub)
+            self._pump_wake.set()
+            stub, inbox = self._stub, self._inbox
+            self._stub = self._inbox = None
+            if stub is not None and inbox is not None:
+                finalized = self._finalize(stub, inbox)
                 stub.stop(self.stop_timeout_s, ask_first=finalized)
+                self._release(stub)
+            self._fail_streams(ServeError.unavailable(f"{self._name}: the model was unloaded"))
             self._inputs.close()
             self._outputs.close()
         finally:
             self._lock.release()
+        if self._pump is not None:
+            self._pump.join(self.stop_timeout_s)
+
+    # -- the stub's life -----------------------------------------------------------------------
 
     def _start(self) -> StubProcess:
         self._inputs.ensure(0)
@@ -149,6 +173,8 @@ class PythonModelInstance(ModelInstance):
         if isinstance(reply, Failed):
             stub.stop(self.stop_timeout_s)
             raise ServeError.unavailable(f"{self._name}: {reply.reason}")
+        calls = ModelCallHandler(stub, self.context, owner=_owner(stub))
+        self._inbox = Inbox(stub.recv, lambda message: self._route(calls, message))
         return stub
 
     def _initialize_args(self) -> dict[str, str]:
@@ -166,6 +192,8 @@ class PythonModelInstance(ModelInstance):
         }
 
     def _running_stub(self) -> StubProcess:
+        if self._stub is not None and self._inbox is not None and self._inbox.broken is not None:
+            self._drop_stub(ServeError.internal(f"{self._name}: {self._inbox.broken}"))
         if self._stub is None:
             if not self._loaded:
                 raise ServeError.unavailable(f"{self._name}: instance is not loaded")
@@ -173,95 +201,81 @@ class PythonModelInstance(ModelInstance):
             self._stub = self._start()
         return self._stub
 
+    def _drop_stub(self, error: ServeError) -> None:
+        stub, self._stub, self._inbox = self._stub, None, None
+        if stub is not None:
+            stub.stop(self.stop_timeout_s)
+            self._release(stub)
+        self._fail_streams(error)
+
+    def _release(self, stub: StubProcess) -> None:
+        if self.context.custom_metrics is not None:
+            self.context.custom_metrics.release(_owner(stub))
+
+    def _finalize(self, stub: StubProcess, inbox: Inbox) -> bool:
+        """Run the model's finalize; False when the stub did not answer."""
+        try:
+            stub.send(Finalize())
+            reply = inbox.wait(CONTROL, self.finalize_timeout_s)
+        except (StubExited, TimeoutError) as exc:
+            log.warning("%s: finalize: %s", self.context.instance_name, exc)
+            return False
+        error = getattr(reply, "error", None)
+        if error:
+            log.warning("%s: %s", self.context.instance_name, error)
+        return True
+
+    # -- one batch -------------------------------------------------------------------------------
+
     def _round_trip(
         self, stub: StubProcess, requests: Sequence[InferRequest], times: BatchTimes
     ) -> list[RequestResult]:
+        inbox = self._inbox
+        assert inbox is not None
         start = time.perf_counter_ns()
         messages = self._write_inputs(requests)
-        sent = time.perf_counter_ns()
+        first_slot = self._next_slot
+        self._next_slot += len(requests)
         if self._decoupled:
-            return self._stream(stub, requests, messages)
+            with self._streams_lock:
+                for index, request in enumerate(requests):
+                    self._streams[first_slot + index] = request
+                self._executing = range(first_slot, first_slot + len(requests))
+        sent = time.perf_counter_ns()
         try:
-            stub.send(Execute(self._inputs.ref, self._outputs.ref, messages))
-            reply = stub.recv()
+            stub.send(Execute(self._inputs.ref, self._outputs.ref, messages, first_slot))
+            reply = inbox.wait(CONTROL)
             while isinstance(reply, Grow):
                 self._outputs.ensure(reply.nbytes)
                 stub.send(ArenaUpdate(self._outputs.ref))
-                reply = stub.recv()
+                reply = inbox.wait(CONTROL)
         except StubExited as exc:
-            self._drop_stub()
             log.warning("%s: %s", self.context.instance_name, exc)
-            raise ServeError.internal(f"{self._name}: {exc}") from None
+            error = ServeError.internal(f"{self._name}: {exc}")
+            self._drop_stub(error)
+            raise error from None
         received = time.perf_counter_ns()
         if getattr(reply, "inputs_retained", False):
             self._inputs.close()  # the stub keeps its mapping; the next batch gets a new arena
         if isinstance(reply, BatchFailed):
-            raise ServeError.internal(f"{self._name}: {reply.reason}")
+            error = ServeError.internal(f"{self._name}: {reply.reason}")
+            self._fail_streams(error, range(first_slot, first_slot + len(requests)))
+            raise error
         if not isinstance(reply, Results):
             raise ServeError.internal(f"{self._name}: unexpected stub reply {type(reply).__name__}")
-        results = [self._read_response(response) for response in reply.responses]
+        if self._decoupled:
+            with self._streams_lock:
+                results: list[RequestResult] = [
+                    self._early_errors.pop(slot, {}) for slot in self._executing
+                ]
+                self._executing = range(0)
+            self._pump_wake.set()  # responses may still come after execute returned
+        else:
+            results = [self._read_response(response) for response in reply.responses]
         times.compute_input_ns = sent - start
         times.compute_infer_ns = received - sent
         times.compute_output_ns = time.perf_counter_ns() - received
         return results
-
-    def _stream(
-        self, stub: StubProcess, requests: Sequence[InferRequest], messages: list[RequestMsg]
-    ) -> list[RequestResult]:
-        """A decoupled model's batch: hand each response to its request's `on_response` as it
-        comes, until execute has returned and every request has had its final flag. Each
-        request's result is {} or the first error it got (for the statistics)."""
-        results: list[RequestResult] = [{} for _ in requests]
-        open_requests = set(range(len(requests)))
-        executed = False
-        try:
-            stub.send(Execute(self._inputs.ref, self._outputs.ref, messages))
-            while open_requests or not executed:
-                reply = stub.recv()
-                if isinstance(reply, Streamed):
-                    self._deliver(requests, results, reply)
-                    if reply.flags & _RESPONSE_FINAL:
-                        open_requests.discard(reply.position)
-                    continue
-                if getattr(reply, "inputs_retained", False):
-                    self._inputs.close()
-                if isinstance(reply, Results):
-                    executed = True
-                elif isinstance(reply, BatchFailed):
-                    error = ServeError.internal(f"{self._name}: {reply.reason}")
-                    for index in open_requests:
-                        self._fail(requests[index], results, index, error)
-                    return results
-                else:
-                    raise ServeError.internal(
-                        f"{self._name}: unexpected stub reply {type(reply).__name__}"
-                    )
-        except StubExited as exc:
-            self._drop_stub()
-            log.warning("%s: %s", self.context.instance_name, exc)
-            error = ServeError.internal(f"{self._name}: {exc}")
-            for index in open_requests:
-                self._fail(requests[index], results, index, error)
-        return results
-
-    def _deliver(
-        self, requests: Sequence[InferRequest], results: list[RequestResult], reply: Streamed
-    ) -> None:
-        final = bool(reply.flags & _RESPONSE_FINAL)
-        result = None if reply.response is None else self._read_response(reply.response)
-        if isinstance(result, ServeError) and not isinstance(results[reply.position], ServeError):
-            results[reply.position] = result
-        on_response = requests[reply.position].on_response
-        if on_response is not None:
-            on_response(result, final)
-
-    @staticmethod
-    def _fail(
-        request: InferRequest, results: list[RequestResult], index: int, error: ServeError
-    ) -> None:
-        results[index] = error
-        if request.on_response is not None:
-            request.on_response(error, True)
 
     def _write_inputs(self, requests: Sequence[InferRequest]) -> list[RequestMsg]:
         """Copy every fixed-size input into the input arena; BYTES inputs ride in the message."""
@@ -309,7 +323,7 @@ class PythonModelInstance(ModelInstance):
 
     def _read_response(self, response: ResponseMsg) -> RequestResult:
         if response.error is not None:
-            kind = _ERROR_KINDS.get(response.error_code, ErrorKind.INTERNAL)
+            kind = ERROR_KINDS.get(response.error_code, ErrorKind.INTERNAL)
             return ServeError(kind, f"{self._name}: {response.error}")
         outputs: dict[str, np.ndarray] = {}
         buf = self._outputs.buf
@@ -320,23 +334,73 @@ class PythonModelInstance(ModelInstance):
                 outputs[meta.name] = arena_array(buf, meta).copy()
         return outputs
 
-    def _drop_stub(self) -> None:
-        stub, self._stub = self._stub, None
-        if stub is not None:
-            stub.stop(self.stop_timeout_s)
+    # -- messages the stub sends on its own ------------------------------------------------------
 
-    def _finalize(self, stub: StubProcess) -> bool:
-        """Run the model's finalize; False when the stub did not answer."""
-        try:
-            stub.send(Finalize())
-            reply = stub.recv(self.finalize_timeout_s)
-        except (StubExited, StubTimeout) as exc:
-            log.warning("%s: finalize: %s", self.context.instance_name, exc)
-            return False
-        error = getattr(reply, "error", None)
-        if error:
-            log.warning("%s: %s", self.context.instance_name, error)
-        return True
+    def _route(self, calls: ModelCallHandler, message: Any) -> Hashable | None:
+        if isinstance(message, Streamed):
+            self._deliver(message)
+            return None
+        if isinstance(message, Call):
+            calls.handle(message)
+            return None
+        return CONTROL
+
+    def _deliver(self, message: Streamed) -> None:
+        final = bool(message.flags & _RESPONSE_FINAL)
+        with self._streams_lock:
+            request = self._streams.pop(message.slot, None) if final else None
+            if not final:
+                request = self._streams.get(message.slot)
+        if request is None:
+            log.warning(
+                "%s: a response for a request that has ended was dropped",
+                self.context.instance_name,
+            )
+            return
+        result = None if message.response is None else self._read_response(message.response)
+        if isinstance(result, ServeError):
+            with self._streams_lock:
+                if message.slot in self._executing:
+                    self._early_errors.setdefault(message.slot, result)
+        if request.on_response is not None:
+            request.on_response(result, final)
+
+    def _fail_streams(self, error: ServeError, slots: Sequence[int] | range | None = None) -> None:
+        """End open decoupled requests (all, or those in `slots`) with `error`."""
+        with self._streams_lock:
+            keys = (
+                list(self._streams) if slots is None else [s for s in slots if s in self._streams]
+            )
+            ended = [self._streams.pop(slot) for slot in keys]
+        for request in ended:
+            if request.on_response is not None:
+                request.on_response(error, True)
+
+    def _pump_streams(self) -> None:
+        """Keep reading while a decoupled model's requests are open and no batch runs."""
+        while self._loaded:
+            self._pump_wake.wait()
+            with self._streams_lock:
+                idle = not self._streams
+            inbox = self._inbox
+            if idle or inbox is None:
+                self._pump_wake.clear()
+                with self._streams_lock:
+                    if self._streams:
+                        self._pump_wake.set()
+                continue
+            try:
+                inbox.pump(_PUMP_S)
+            except StubExited as exc:
+                self._fail_streams(ServeError.internal(f"{self._name}: {exc}"))
+            except Exception:
+                log.exception("%s: reading streamed responses", self.context.instance_name)
+                self._fail_streams(ServeError.internal(f"{self._name}: stub connection failed"))
+
+
+def _owner(stub: StubProcess) -> Hashable:
+    """Who holds a stub's custom metrics in the registry."""
+    return ("stub", stub.pid)
 
 
 def _correlation_id(value: Any) -> int | str:

@@ -7,9 +7,14 @@ only name, dtype, shape and offset. BYTES tensors (object arrays) have no fixed 
 travel pickled, inline.
 
 A conversation: Init -> Ready | Failed; then per batch Execute -> [Grow -> ArenaUpdate ->]
-Results | BatchFailed; finally Finalize -> Finalized. A decoupled model's batch: Execute ->
-any number of Streamed, before and after Results (execute returned) or BatchFailed, until every
-request has had its final flag.
+Results | BatchFailed; finally Finalize -> Finalized. A decoupled model's requests get any
+number of Streamed, before and after Results (execute returned) or BatchFailed, until each has
+had its final flag; each request of a batch has a slot number, unique in the stub's life, that
+its Streamed messages carry, so batches may overlap.
+
+At any time the model may Call the server (BLS inference, model load / unload / readiness,
+custom metrics); the server answers with CallReply messages carrying the call's id (a BLS call
+to a decoupled model gets several, the last one final). A call with id 0 expects no answer.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class Execute(NamedTuple):
     input_arena: ArenaRef
     output_arena: ArenaRef
     requests: list[RequestMsg]
+    first_slot: int = 0  # request i of the batch has slot first_slot + i
 
 
 class ArenaUpdate(NamedTuple):
@@ -74,6 +80,17 @@ class ArenaUpdate(NamedTuple):
 
 class Finalize(NamedTuple):
     pass
+
+
+class CallReply(NamedTuple):
+    """The server's answer to Call `call_id`: a BLS response (tensors inline), or the value or
+    error of another call."""
+
+    call_id: int
+    response: ResponseMsg | None = None
+    final: bool = True
+    error: str | None = None
+    value: Any = None
 
 
 # stub -> server
@@ -106,12 +123,21 @@ class Finalized(NamedTuple):
 
 
 class Streamed(NamedTuple):
-    """A decoupled model's response to request `position` of the batch in flight (tensors inline);
-    `response` None with the final flag only ends the request."""
+    """A decoupled model's response to the request in `slot` (tensors inline); `response` None
+    with the final flag only ends the request."""
 
-    position: int
+    slot: int
     response: ResponseMsg | None
     flags: int
+
+
+class Call(NamedTuple):
+    """The model asks the server for something: op "infer" (args: model name, version, the
+    request with its tensors inline, decoupled), "load", "unload", "is_ready" or "metric"."""
+
+    call_id: int
+    op: str
+    args: tuple[Any, ...]
 
 
 def place(sizes: Sequence[int], start: int = 0) -> tuple[list[int], int]:
@@ -142,27 +168,68 @@ _MESSAGES: tuple[type, ...] = (
     BatchFailed,
     Finalized,
     Streamed,
+    Call,
+    CallReply,
 )
 _TAGS = {cls: tag for tag, cls in enumerate(_MESSAGES)}
+
+
+def _flat_request(r: RequestMsg) -> tuple[Any, ...]:
+    return (*r[:5], [tuple(m) for m in r.inputs])
+
+
+def _request(flat: Sequence[Any]) -> RequestMsg:
+    request_id, correlation_id, flags, parameters, requested_outputs, inputs = flat
+    return RequestMsg(
+        request_id,
+        correlation_id,
+        flags,
+        parameters,
+        requested_outputs,
+        [TensorMeta(*m) for m in inputs],
+    )
+
+
+def _flat_response(r: ResponseMsg | None) -> tuple[Any, ...] | None:
+    return None if r is None else ([tuple(m) for m in r.outputs], r.error, r.error_code)
+
+
+def _response(flat: Sequence[Any] | None) -> ResponseMsg | None:
+    return None if flat is None else _present_response(flat)
+
+
+def _present_response(flat: Sequence[Any]) -> ResponseMsg:
+    return ResponseMsg([TensorMeta(*m) for m in flat[0]], *flat[1:])
 
 
 def encode(message: Any) -> tuple[Any, ...]:
     """A plain-tuple form of a message for the wire."""
     tag = _TAGS[type(message)]
     if isinstance(message, Execute):
-        requests = [(*r[:5], [tuple(m) for m in r.inputs]) for r in message.requests]
-        return (tag, tuple(message.input_arena), tuple(message.output_arena), requests)
+        requests = [_flat_request(r) for r in message.requests]
+        return (
+            tag,
+            tuple(message.input_arena),
+            tuple(message.output_arena),
+            requests,
+            message.first_slot,
+        )
     if isinstance(message, Results):
-        responses = [
-            ([tuple(m) for m in r.outputs], r.error, r.error_code) for r in message.responses
-        ]
-        return (tag, responses, message.inputs_retained)
+        return (tag, [_flat_response(r) for r in message.responses], message.inputs_retained)
     if isinstance(message, ArenaUpdate):
         return (tag, tuple(message.output_arena))
     if isinstance(message, Streamed):
-        r = message.response
-        flat = None if r is None else ([tuple(m) for m in r.outputs], r.error, r.error_code)
-        return (tag, message.position, flat, message.flags)
+        return (tag, message.slot, _flat_response(message.response), message.flags)
+    if isinstance(message, CallReply):
+        return (tag, message.call_id, _flat_response(message.response), *message[2:])
+    if isinstance(message, Call) and message.op == "infer":
+        name, version, request, decoupled = message.args
+        return (
+            tag,
+            message.call_id,
+            message.op,
+            (name, version, _flat_request(request), decoupled),
+        )
     return (tag, *message)
 
 
@@ -170,24 +237,22 @@ def decode(data: tuple[Any, ...]) -> Any:
     """The message `encode` flattened into `data`."""
     cls = _MESSAGES[data[0]]
     if cls is Execute:
-        _, input_arena, output_arena, requests = data
+        _, input_arena, output_arena, requests, first_slot = data
         return Execute(
             ArenaRef(*input_arena),
             ArenaRef(*output_arena),
-            [
-                RequestMsg(r[0], r[1], r[2], r[3], r[4], [TensorMeta(*m) for m in r[5]])
-                for r in requests
-            ],
+            [_request(r) for r in requests],
+            first_slot,
         )
     if cls is Results:
-        responses = [ResponseMsg([TensorMeta(*m) for m in r[0]], r[1], r[2]) for r in data[1]]
-        return Results(responses, data[2])
+        return Results([_present_response(r) for r in data[1]], data[2])
     if cls is ArenaUpdate:
         return ArenaUpdate(ArenaRef(*data[1]))
     if cls is Streamed:
-        flat = data[2]
-        response = (
-            None if flat is None else ResponseMsg([TensorMeta(*m) for m in flat[0]], *flat[1:])
-        )
-        return Streamed(data[1], response, data[3])
+        return Streamed(data[1], _response(data[2]), data[3])
+    if cls is CallReply:
+        return CallReply(data[1], _response(data[2]), *data[3:])
+    if cls is Call and data[2] == "infer":
+        name, version, request, decoupled = data[3]
+        return Call(data[1], "infer", (name, version, _request(request), decoupled))
     return cls(*data[1:])

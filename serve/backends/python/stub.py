@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import traceback
 import weakref
 from pathlib import Path
@@ -28,11 +27,13 @@ from protocol.datatypes import wire_datatype
 from protocol.errors import ProtocolError
 from serve.backends.python import pb_utils
 from serve.backends.python.channel import Channel
+from serve.backends.python.inbox import Inbox
 from serve.backends.python.loader import ModelLoadError, describe, import_model_class
 from serve.backends.python.protocol import (
     ArenaRef,
     ArenaUpdate,
     BatchFailed,
+    CallReply,
     Execute,
     Failed,
     Finalize,
@@ -48,9 +49,14 @@ from serve.backends.python.protocol import (
     arena_array,
     place,
 )
+from serve.backends.python.services import BYTES_KINDS, StubServices, bytes_array, call_key
 from serve.backends.python.shm import Attachment
 
-_BYTES_KINDS = "OSU"
+CONTROL = "control"  # the inbox key of the server's Execute, ArenaUpdate and Finalize
+
+
+def _route(message: Any) -> Any:
+    return call_key(message.call_id) if isinstance(message, CallReply) else CONTROL
 
 
 class Stub:
@@ -58,6 +64,10 @@ class Stub:
 
     def __init__(self, channel: Channel) -> None:
         self._channel = channel
+        # The main thread reads while it waits for the next batch; a model thread waiting for
+        # its call's answer reads while the main thread runs execute.
+        self._inbox = Inbox(lambda _timeout: channel.recv(), _route)
+        self._services = StubServices(channel, self._inbox)
         self._model: Any = None
         self._model_file = Path()
         self._model_name = ""
@@ -66,26 +76,26 @@ class Stub:
         self._inputs = Attachment()
         self._outputs = Attachment()
         self._decoupled = False
-        # A decoupled model's responses may be sent from its own threads at any time.
-        self._send_lock = threading.Lock()
 
     def serve(self) -> None:
+        pb_utils._install_services(self._services)
         try:
-            reply = self._initialize(self._channel.recv())
+            reply = self._initialize(self._inbox.wait(CONTROL))
             self._channel.send(reply)
             if isinstance(reply, Failed):
                 return
             while True:
-                message = self._channel.recv()
+                message = self._inbox.wait(CONTROL)
                 if isinstance(message, Execute):
-                    answer = self._execute(message)
-                    with self._send_lock:
-                        self._channel.send(answer)
+                    self._channel.send(self._execute(message))
                 elif isinstance(message, Finalize):
                     self._channel.send(self._finalize())
                     return
         except (EOFError, OSError):
             return  # the server went away
+        finally:
+            self._services.close()
+            pb_utils._install_services(None)
 
     def _initialize(self, init: Init) -> Ready | Failed:
         self._model_file = Path(init.model_file)
@@ -116,7 +126,7 @@ class Stub:
         views: list[weakref.ref[np.ndarray]] = []
         requests = [self._request(r, buf, views) for r in message.requests]
         if self._decoupled:
-            reply = self._run_decoupled(requests)
+            reply = self._run_decoupled(requests, message.first_slot)
         else:
             reply = self._run_batch(requests, message.output_arena)
         del requests
@@ -142,11 +152,13 @@ class Stub:
             )
         return self._pack(responses, output_arena)
 
-    def _run_decoupled(self, requests: list[pb_utils.InferenceRequest]) -> Results | BatchFailed:
+    def _run_decoupled(
+        self, requests: list[pb_utils.InferenceRequest], first_slot: int
+    ) -> Results | BatchFailed:
         """Run a decoupled model's execute; its responses go out through the senders."""
         senders = []
         for index, request in enumerate(requests):
-            sender = pb_utils.InferenceResponseSender(self._emitter(index))
+            sender = pb_utils.InferenceResponseSender(self._emitter(first_slot + index))
             request._response_sender = sender
             senders.append(sender)
         try:
@@ -164,11 +176,10 @@ class Stub:
             return BatchFailed(f"execute failed: {describe(exc, self._model_file)}")
         return Results([])
 
-    def _emitter(self, index: int) -> Any:
+    def _emitter(self, slot: int) -> Any:
         def emit(response: pb_utils.InferenceResponse | None, flags: int) -> None:
-            message = Streamed(index, None if response is None else _inline(response), flags)
-            with self._send_lock:
-                self._channel.send(message)
+            message = Streamed(slot, None if response is None else _inline(response), flags)
+            self._channel.send(message)
 
         return emit
 
@@ -221,7 +232,7 @@ class Stub:
         if writes:
             if end > output_arena.size:
                 self._channel.send(Grow(end))
-                update: ArenaUpdate = self._channel.recv()
+                update: ArenaUpdate = self._inbox.wait(CONTROL)
                 output_arena = update.output_arena
             buf = self._outputs.buf(output_arena)
             for meta, array in writes:
@@ -260,8 +271,8 @@ def _layout(
         if not isinstance(tensor, pb_utils.Tensor):
             raise ValueError(f"output {tensor!r} is not a pb_utils.Tensor")
         array = tensor.as_numpy()
-        if array.dtype.kind in _BYTES_KINDS:
-            metas.append(TensorMeta(tensor.name(), "|O", array.shape, -1, _bytes_array(array)))
+        if array.dtype.kind in BYTES_KINDS:
+            metas.append(TensorMeta(tensor.name(), "|O", array.shape, -1, bytes_array(array)))
             continue
         try:
             wire_datatype(array.dtype)
@@ -287,8 +298,8 @@ def _inline(response: pb_utils.InferenceResponse) -> ResponseMsg:
         if not isinstance(tensor, pb_utils.Tensor):
             raise pb_utils.TritonModelException(f"output {tensor!r} is not a pb_utils.Tensor")
         array = tensor.as_numpy()
-        if array.dtype.kind in _BYTES_KINDS:
-            array = _bytes_array(array)
+        if array.dtype.kind in BYTES_KINDS:
+            array = bytes_array(array)
         else:
             try:
                 wire_datatype(array.dtype)
@@ -297,20 +308,6 @@ def _inline(response: pb_utils.InferenceResponse) -> ResponseMsg:
             array = np.ascontiguousarray(array)
         metas.append(TensorMeta(tensor.name(), array.dtype.str, array.shape, -1, array))
     return ResponseMsg(metas)
-
-
-def _bytes_array(array: np.ndarray) -> np.ndarray:
-    """An object array of `bytes` (str items encoded as UTF-8), as BYTES tensors travel."""
-    out = np.empty(array.shape, dtype=object)
-    flat = out.reshape(-1)
-    for i, item in enumerate(array.reshape(-1)):
-        if isinstance(item, str):
-            flat[i] = item.encode("utf-8")
-        elif isinstance(item, (bytes, bytearray, memoryview)):
-            flat[i] = bytes(item)
-        else:
-            flat[i] = str(item).encode("utf-8")
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

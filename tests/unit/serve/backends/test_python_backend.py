@@ -617,7 +617,7 @@ def test_pb_utils_api() -> None:
     assert pb_utils.get_input_tensor_by_name(request, "X") is tensor
     assert pb_utils.get_input_tensor_by_name(request, "nope") is None
     assert json.loads(request.parameters()) == {"k": 1}
-    with pytest.raises(pb_utils.TritonModelException, match="BLS is not supported yet"):
+    with pytest.raises(pb_utils.TritonModelException, match="needs the server"):
         request.exec()
     response = pb_utils.InferenceResponse(output_tensors=[tensor])
     assert not response.has_error() and pb_utils.get_output_tensor_by_name(response, "X") is tensor

@@ -72,7 +72,7 @@ def test_streamed_round_trips() -> None:
     array = np.arange(3, dtype=np.int32)
     message = Streamed(2, ResponseMsg([TensorMeta("OUT", "<i4", (3,), -1, array)]), 0)
     back = decode(encode(message))
-    assert isinstance(back, Streamed) and back.position == 2 and back.flags == 0
+    assert isinstance(back, Streamed) and back.slot == 2 and back.flags == 0
     assert back.response is not None
     (meta,) = back.response.outputs
     assert meta.name == "OUT" and meta.offset == -1 and meta.data is not None
