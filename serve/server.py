@@ -154,7 +154,7 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
             front_end(dataplane, grpc.address, grpc.port, options.grpc_max_message_bytes)
         )
     if options.metrics.enabled:
-        metrics = build_metrics_app(dataplane.repository.loaded)
+        metrics = build_metrics_app(dataplane.repository.loaded, dataplane.custom_metrics)
         endpoints.append(
             AsgiEndpoint("Metrics Service", metrics, options.metrics, options.log_verbose)
         )
