@@ -404,7 +404,8 @@ class Metric:
             check_operation(self._family._kind, "value", self._where)
         except ValueError as exc:
             raise TritonModelException(f"Failed to get metric value: {exc}") from None
-        found = _metric_call("value", (self._family._name, self._labels))
+        args = (self._family._name, self._labels)
+        found = _metric_call("value", args, "Failed to get metric value")
         return 0.0 if found is None else float(found)
 
     def _update(self, op: str, value: float, failure: str) -> None:
@@ -477,8 +478,11 @@ _dropped: collections.deque[tuple[str, tuple[Any, ...]]] = collections.deque()
 def _flush_dropped_metrics() -> None:
     """Send the drops of deleted Metric and MetricFamily objects (the stub may call this)."""
     services = _services()
-    while _dropped:
-        op, args = _dropped.popleft()
+    while True:
+        try:
+            op, args = _dropped.popleft()  # another thread may be flushing too
+        except IndexError:
+            return
         with contextlib.suppress(TritonModelException):  # a drop's failure is not the caller's
             services.metric(op, args)
 
