@@ -117,6 +117,18 @@ class ModelInstance(abc.ABC):
         the model batches. Fill `times` with the compute input / infer / output durations.
         """
 
+    def begin(
+        self,
+        requests: Sequence[InferRequest],
+        times: BatchTimes,
+        finish: Callable[[list[RequestResult]], None],
+    ) -> bool:
+        """Start a batch without blocking, on the event loop's thread, when this instance can
+        (its work happens elsewhere, e.g. in another process): then `finish(results)` is called
+        later, on the loop's thread, and True is returned. False: run it with `execute` on the
+        instance's thread. `finish` is never called from within `begin`."""
+        return False
+
     def unload(self) -> None:  # noqa: B027 - optional hook
         """Release the model's resources."""
 

@@ -11,6 +11,7 @@ something else (`ModelInstance.inline_when_quick` False), runs on the instance's
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +47,11 @@ class InstanceWorker:
         if self._busy.is_set():
             raise RuntimeError(f"instance {self.name} is already executing a batch")
         self._busy.set()
+        times = BatchTimes()
+        times.start_ns = time.monotonic_ns()
+        finish = functools.partial(self._finish_begun, len(requests), times, on_done)
+        if self.instance.begin(requests, times, finish):
+            return
         recent = self._recent_ns
         if self.instance.inline_when_quick and recent is not None and recent < INLINE_BELOW_NS:
             results, times = self._execute(requests)
@@ -53,13 +59,32 @@ class InstanceWorker:
         else:
             self._executor.submit(self._execute_on_thread, requests, on_done)
 
+    def _finish_begun(
+        self, count: int, times: BatchTimes, on_done: BatchDone, results: list[RequestResult]
+    ) -> None:
+        """A batch the instance ran without a thread has ended (on the loop's thread)."""
+        if len(results) != count:
+            error = ServeError.internal(
+                f"{self.name}: backend returned {len(results)} results for {count} requests"
+            )
+            results = [error] * count
+        self._ended(times)
+        on_done(self, results, times)
+
+    def _ended(self, times: BatchTimes) -> None:
+        times.end_ns = time.monotonic_ns()
+        elapsed = times.end_ns - times.start_ns
+        recent = self._recent_ns
+        self._recent_ns = elapsed if recent is None else recent + _SMOOTHING * (elapsed - recent)
+        self._busy.clear()
+
     def _execute_on_thread(self, requests: Sequence[InferRequest], on_done: BatchDone) -> None:
         results, times = self._execute(requests)
         self._loop.call_soon_threadsafe(on_done, self, results, times)
 
     def _execute(self, requests: Sequence[InferRequest]) -> tuple[list[RequestResult], BatchTimes]:
         times = BatchTimes()
-        start = times.start_ns = time.monotonic_ns()
+        times.start_ns = time.monotonic_ns()
         try:
             results = self.instance.execute(requests, times)
             if len(results) != len(requests):
@@ -72,11 +97,7 @@ class InstanceWorker:
         except Exception as exc:  # a backend bug must fail its batch, not the server
             error = ServeError.internal(f"{self.name}: {type(exc).__name__}: {exc}")
             results = [error] * len(requests)
-        times.end_ns = time.monotonic_ns()
-        elapsed = times.end_ns - start
-        recent = self._recent_ns
-        self._recent_ns = elapsed if recent is None else recent + _SMOOTHING * (elapsed - recent)
-        self._busy.clear()
+        self._ended(times)
         return results, times
 
     def run_blocking(self, requests: Sequence[InferRequest]) -> list[RequestResult]:

@@ -31,6 +31,9 @@ class Channel:
         """The next message (blocking); EOFError once the other end has closed."""
         return decode(self._conn.recv())
 
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
     def poll(self, timeout_s: float) -> bool:
         """True when a message (or the end of the stream) is ready within timeout_s."""
         return bool(self._poller.poll(math.ceil(timeout_s * 1000)))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,7 +19,7 @@ from serve.backends.base import BatchTimes, InstanceContext, ModelInstance, Requ
 from serve.backends.python.calls import ModelCallHandler
 from serve.backends.python.environment import execution_env_paths
 from serve.backends.python.inbox import Inbox
-from serve.backends.python.process import StubExited, StubProcess, StubTimeout
+from serve.backends.python.process import StubExited, StubProcess
 from serve.backends.python.protocol import (
     ArenaUpdate,
     BatchFailed,
@@ -50,6 +53,8 @@ _SEQUENCE_END = 2
 _RESPONSE_FINAL = 1  # pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 CONTROL = "control"  # the inbox key of the stub's answers to Init, Execute and Finalize
 _PUMP_S = 0.05  # how long the stream pump reads before looking at its state again
+# Batches with more input bytes are copied into shared memory on the instance's thread.
+_INLINE_INPUT_BYTES = 1 << 20
 
 
 class PythonModelInstance(ModelInstance):
@@ -87,6 +92,7 @@ class PythonModelInstance(ModelInstance):
         self._early_errors: dict[int, ServeError] = {}
         self._pump: threading.Thread | None = None
         self._pump_wake = threading.Event()
+        self._route_message: Callable[[Any], Hashable | None] = lambda message: CONTROL
 
     @property
     def pid(self) -> int | None:
@@ -160,22 +166,30 @@ class PythonModelInstance(ModelInstance):
                 self._inputs.ref,
                 self._outputs.ref,
             )
+            # initialize() may call the server already (metrics, BLS, readiness).
+            calls = ModelCallHandler(stub, self.context, owner=_owner(stub))
+            route = functools.partial(self._route, calls)
+            inbox = Inbox(stub.recv, route)
             stub.send(init)
-            reply = stub.recv(self.load_timeout_s)
+            reply = inbox.wait(CONTROL, self.load_timeout_s)
         except StubExited as exc:
-            stub.stop(self.stop_timeout_s)
+            self._stop_failed(stub)
             raise ServeError.unavailable(f"{self._name}: {exc} during load") from None
-        except StubTimeout:
-            stub.stop(self.stop_timeout_s, ask_first=False)
+        except TimeoutError:
+            self._stop_failed(stub, ask_first=False)
             raise ServeError.unavailable(
                 f"{self._name}: the model did not load within {self.load_timeout_s:g} s"
             ) from None
         if isinstance(reply, Failed):
-            stub.stop(self.stop_timeout_s)
+            self._stop_failed(stub)
             raise ServeError.unavailable(f"{self._name}: {reply.reason}")
-        calls = ModelCallHandler(stub, self.context, owner=_owner(stub))
-        self._inbox = Inbox(stub.recv, lambda message: self._route(calls, message))
+        self._route_message = route
+        self._inbox = inbox
         return stub
+
+    def _stop_failed(self, stub: StubProcess, ask_first: bool = True) -> None:
+        stub.stop(self.stop_timeout_s, ask_first=ask_first)
+        self._release(stub)
 
     def _initialize_args(self) -> dict[str, str]:
         context = self.context
@@ -227,23 +241,83 @@ class PythonModelInstance(ModelInstance):
 
     # -- one batch -------------------------------------------------------------------------------
 
+    def begin(
+        self,
+        requests: Sequence[InferRequest],
+        times: BatchTimes,
+        finish: Callable[[list[RequestResult]], None],
+    ) -> bool:
+        # The batch's hand-over to the stub is short: doing it on the event loop's thread, and
+        # reading the answer there when the socket says it is ready, saves the two thread
+        # switches a worker thread costs per batch. Large inputs (their copy into shared
+        # memory), a stub to (re)start and decoupled models take the thread.
+        stub = self._stub
+        inbox = self._inbox
+        if (
+            self._decoupled
+            or stub is None
+            or inbox is None
+            or inbox.broken is not None
+            or _input_bytes(requests) > _INLINE_INPUT_BYTES
+            or not self._lock.acquire(blocking=False)
+        ):
+            return False
+        try:
+            batch = self._send_batch(stub, requests, times)
+        except StubExited:
+            self._lock.release()
+            return False  # the thread's execute restarts the stub and runs the batch
+        except BaseException:
+            self._lock.release()
+            raise
+        loop = asyncio.get_running_loop()
+        loop.add_reader(stub.fileno(), self._on_readable, loop, stub, batch, times, finish)
+        return True
+
+    def _on_readable(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        stub: StubProcess,
+        batch: _Batch,
+        times: BatchTimes,
+        finish: Callable[[list[RequestResult]], None],
+    ) -> None:
+        """The stub wrote while a begun batch runs: route it, or end the batch with it."""
+        results: list[RequestResult]
+        try:
+            message = stub.recv_ready()
+            if self._route_message(message) is None:
+                return  # a call or streamed response, handled
+            if isinstance(message, Grow):
+                self._outputs.ensure(message.nbytes)
+                stub.send(ArenaUpdate(self._outputs.ref))
+                return
+            loop.remove_reader(stub.fileno())
+            results = self._finish_batch(batch, message, times)
+        except StubExited as exc:
+            loop.remove_reader(stub.fileno())
+            log.warning("%s: %s", self.context.instance_name, exc)
+            error = ServeError.internal(f"{self._name}: {exc}")
+            self._drop_stub(error)
+            results = [error] * batch.count
+        except ServeError as exc:
+            results = [exc] * batch.count
+        except Exception as exc:
+            loop.remove_reader(stub.fileno())
+            log.exception("%s: execute failed", self.context.instance_name)
+            self._drop_stub(ServeError.internal(f"{self._name}: {type(exc).__name__}"))
+            results = [ServeError.internal(f"{self._name}: {type(exc).__name__}: {exc}")]
+            results *= batch.count
+        self._lock.release()
+        finish(results)
+
     def _round_trip(
         self, stub: StubProcess, requests: Sequence[InferRequest], times: BatchTimes
     ) -> list[RequestResult]:
         inbox = self._inbox
         assert inbox is not None
-        start = time.perf_counter_ns()
-        messages = self._write_inputs(requests)
-        first_slot = self._next_slot
-        self._next_slot += len(requests)
-        if self._decoupled:
-            with self._streams_lock:
-                for index, request in enumerate(requests):
-                    self._streams[first_slot + index] = request
-                self._executing = range(first_slot, first_slot + len(requests))
-        sent = time.perf_counter_ns()
         try:
-            stub.send(Execute(self._inputs.ref, self._outputs.ref, messages, first_slot))
+            batch = self._send_batch(stub, requests, times)
             reply = inbox.wait(CONTROL)
             while isinstance(reply, Grow):
                 self._outputs.ensure(reply.nbytes)
@@ -254,12 +328,33 @@ class PythonModelInstance(ModelInstance):
             error = ServeError.internal(f"{self._name}: {exc}")
             self._drop_stub(error)
             raise error from None
+        return self._finish_batch(batch, reply, times)
+
+    def _send_batch(
+        self, stub: StubProcess, requests: Sequence[InferRequest], times: BatchTimes
+    ) -> _Batch:
+        start = time.perf_counter_ns()
+        messages = self._write_inputs(requests)
+        first_slot = self._next_slot
+        self._next_slot += len(requests)
+        if self._decoupled:
+            with self._streams_lock:
+                for index, request in enumerate(requests):
+                    self._streams[first_slot + index] = request
+                self._executing = range(first_slot, first_slot + len(requests))
+        sent = time.perf_counter_ns()
+        times.compute_input_ns = sent - start
+        stub.send(Execute(self._inputs.ref, self._outputs.ref, messages, first_slot))
+        return _Batch(first_slot, len(requests), sent)
+
+    def _finish_batch(self, batch: _Batch, reply: Any, times: BatchTimes) -> list[RequestResult]:
+        """The batch's results from the stub's answer (raises ServeError for a failed batch)."""
         received = time.perf_counter_ns()
         if getattr(reply, "inputs_retained", False):
             self._inputs.close()  # the stub keeps its mapping; the next batch gets a new arena
         if isinstance(reply, BatchFailed):
             error = ServeError.internal(f"{self._name}: {reply.reason}")
-            self._fail_streams(error, range(first_slot, first_slot + len(requests)))
+            self._fail_streams(error, range(batch.first_slot, batch.first_slot + batch.count))
             raise error
         if not isinstance(reply, Results):
             raise ServeError.internal(f"{self._name}: unexpected stub reply {type(reply).__name__}")
@@ -272,8 +367,7 @@ class PythonModelInstance(ModelInstance):
             self._pump_wake.set()  # responses may still come after execute returned
         else:
             results = [self._read_response(response) for response in reply.responses]
-        times.compute_input_ns = sent - start
-        times.compute_infer_ns = received - sent
+        times.compute_infer_ns = received - batch.sent_ns
         times.compute_output_ns = time.perf_counter_ns() - received
         return results
 
@@ -396,6 +490,17 @@ class PythonModelInstance(ModelInstance):
             except Exception:
                 log.exception("%s: reading streamed responses", self.context.instance_name)
                 self._fail_streams(ServeError.internal(f"{self._name}: stub connection failed"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    first_slot: int
+    count: int
+    sent_ns: int  # when the stub was handed the batch (perf_counter_ns)
+
+
+def _input_bytes(requests: Sequence[InferRequest]) -> int:
+    return sum(array.nbytes for request in requests for array in request.inputs.values())
 
 
 def _owner(stub: StubProcess) -> Hashable:

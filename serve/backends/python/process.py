@@ -98,6 +98,17 @@ class StubProcess:
             if self._proc.poll() is not None:
                 raise StubExited(self._exit_reason())
 
+    def fileno(self) -> int:
+        """The socket to the stub (readable when it has written)."""
+        return self._channel.fileno()
+
+    def recv_ready(self) -> Any:
+        """The next message, when the socket is known to be readable; StubExited if it died."""
+        try:
+            return self._channel.recv()
+        except (EOFError, OSError):
+            raise StubExited(self._exit_reason()) from None
+
     def kill(self) -> None:
         """Kill the process without waiting (it unblocks a caller stuck in recv)."""
         if self._proc.poll() is None:
