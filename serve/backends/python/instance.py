@@ -285,13 +285,17 @@ class PythonModelInstance(ModelInstance):
         """The stub wrote while a begun batch runs: route it, or end the batch with it."""
         results: list[RequestResult]
         try:
-            message = stub.recv_ready()
-            if self._route_message(message) is None:
-                return  # a call or streamed response, handled
-            if isinstance(message, Grow):
-                self._outputs.ensure(message.nbytes)
-                stub.send(ArenaUpdate(self._outputs.ref))
-                return
+            while True:
+                message = stub.recv_ready()
+                if self._route_message(message) is None:
+                    pass  # a call or streamed response, handled
+                elif isinstance(message, Grow):
+                    self._outputs.ensure(message.nbytes)
+                    stub.send(ArenaUpdate(self._outputs.ref))
+                else:
+                    break
+                if not stub.pending:
+                    return  # the socket says when more comes
             loop.remove_reader(stub.fileno())
             results = self._finish_batch(batch, message, times)
         except StubExited as exc:

@@ -102,6 +102,11 @@ class StubProcess:
         """The socket to the stub (readable when it has written)."""
         return self._channel.fileno()
 
+    @property
+    def pending(self) -> bool:
+        """Whether a whole message is already read in (`recv_ready` returns it at once)."""
+        return self._channel.pending
+
     def recv_ready(self) -> Any:
         """The next message, when the socket is known to be readable; StubExited if it died."""
         try:

@@ -75,17 +75,22 @@ class Attachment:
 
     def __init__(self) -> None:
         self._shm: SharedMemory | None = None
+        self._name = ""  # the attached segment's name (SharedMemory.name costs a call)
+        self._buf: memoryview | None = None
         self._kept: list[weakref.ref[np.ndarray]] = []
         self._retired: list[tuple[SharedMemory, list[weakref.ref[np.ndarray]]]] = []
 
     def buf(self, ref: ArenaRef) -> memoryview:
-        if self._shm is None or self._shm.name != ref.name:
-            if self._shm is not None:
-                self._retired.append((self._shm, self._kept))
-            self._shm = attach(ref.name)
-            self._kept = []
-            self._close_retired()
-        return _buffer(self._shm)
+        if self._buf is not None and self._name == ref.name:
+            return self._buf
+        if self._shm is not None:
+            self._retired.append((self._shm, self._kept))
+        self._shm = attach(ref.name)
+        self._name = ref.name
+        self._buf = _buffer(self._shm)
+        self._kept = []
+        self._close_retired()
+        return self._buf
 
     def keep(self, views: list[weakref.ref[np.ndarray]]) -> None:
         """Arrays viewing the current segment that the model still holds."""
