@@ -102,10 +102,10 @@ class DataPlane:
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            self.repository.get(name, version)
+            model = self.repository.get(name, version)
         except ServeError:
             return False
-        return True
+        return model.ready()
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.repository.get(name, version)

@@ -129,6 +129,10 @@ class ModelInstance(abc.ABC):
         instance's thread. `finish` is never called from within `begin`."""
         return False
 
+    def ready(self) -> bool:
+        """Whether this instance can serve now (the model's readiness; never blocks)."""
+        return True
+
     def unload(self) -> None:  # noqa: B027 - optional hook
         """Release the model's resources."""
 

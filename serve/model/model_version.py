@@ -50,6 +50,10 @@ class ModelVersion:
         counted from enqueue until an instance starts executing them)."""
         return self.batcher.queued
 
+    def ready(self) -> bool:
+        """Every instance says it can serve (a model's own readiness check, where it has one)."""
+        return all(worker.instance.ready() for worker in self.workers)
+
     def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
         """Validate (raising ServeError) and queue; `on_done` gets the response or an error."""
         self.checker.check_request(request)

@@ -69,6 +69,34 @@ class Inbox:
         with contextlib.suppress(TimeoutError):
             self._lead(None, time.monotonic() + timeout_s)
 
+    def try_lead(self) -> bool:
+        """Become the reader without waiting, for a caller that reads the channel its own way
+        (the event loop, when the socket is readable); False when another thread reads."""
+        with self._cond:
+            if self._reading or self._broken is not None:
+                return False
+            self._reading = True
+            return True
+
+    def step_down(self) -> None:
+        """End the reading `try_lead` began."""
+        with self._cond:
+            self._reading = False
+            self._cond.notify_all()
+
+    def route(self, message: Any, key: Hashable) -> bool:
+        """For a leader that read `message` its own way: True when it is for `key` (the
+        caller's), else it was handled or left for its waiter."""
+        target = self._route(message)
+        if target is None:
+            return False
+        if target == key:
+            return True
+        with self._cond:
+            self._boxes[target].append(message)
+            self._cond.notify_all()
+        return False
+
     def fail(self, error: BaseException) -> None:
         """Mark the channel broken: every waiter, now and later, gets `error`."""
         with self._cond:

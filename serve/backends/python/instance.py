@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
 import threading
@@ -29,6 +30,8 @@ from serve.backends.python.protocol import (
     Finalize,
     Grow,
     Init,
+    Probe,
+    ProbeResult,
     RequestMsg,
     ResponseMsg,
     Results,
@@ -53,6 +56,8 @@ _SEQUENCE_END = 2
 _RESPONSE_FINAL = 1  # pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 CONTROL = "control"  # the inbox key of the stub's answers to Init, Execute and Finalize
 _PUMP_S = 0.05  # how long the stream pump reads before looking at its state again
+PROBE_TIMEOUT_S = 5.0  # a model's is_ready() answers within this, or it is not ready
+READY_FOR_S = 1.0  # how long an is_ready() answer stands before it is asked again
 # Batches with more input bytes are copied into shared memory on the instance's thread.
 _INLINE_INPUT_BYTES = 1 << 20
 
@@ -92,7 +97,12 @@ class PythonModelInstance(ModelInstance):
         self._early_errors: dict[int, ServeError] = {}
         self._pump: threading.Thread | None = None
         self._pump_wake = threading.Event()
-        self._route_message: Callable[[Any], Hashable | None] = lambda message: CONTROL
+        # Readiness from the model's is_ready(), when it has one: the last answer, and when.
+        self._probes = False
+        self._probe_ids = itertools.count(1)
+        self._probe_lock = threading.Lock()  # one probe at a time
+        self._ready = True
+        self._ready_at = 0.0
 
     @property
     def pid(self) -> int | None:
@@ -109,6 +119,8 @@ class PythonModelInstance(ModelInstance):
                 self._outputs.close()
                 raise
             self._loaded = True
+            if self._probes:
+                self._probe()  # ready from the start only if the model says so
             if self._decoupled:
                 self._pump = threading.Thread(
                     target=self._pump_streams, name=f"{self.context.instance_name}-streams"
@@ -153,6 +165,48 @@ class PythonModelInstance(ModelInstance):
         if self._pump is not None:
             self._pump.join(self.stop_timeout_s)
 
+    def ready(self) -> bool:
+        """Loaded, and, when the model defines is_ready(), its last answer: a probe older
+        than READY_FOR_S is renewed in the background (readiness never waits on the model)."""
+        if not self._loaded:
+            return False
+        if not self._probes:
+            return True
+        if time.monotonic() - self._ready_at > READY_FOR_S and self._probe_lock.acquire(
+            blocking=False
+        ):
+            threading.Thread(target=self._probe_and_release, daemon=True).start()
+        return self._ready
+
+    def _probe_and_release(self) -> None:
+        try:
+            self._probe()
+        finally:
+            self._probe_lock.release()
+
+    def _probe(self) -> None:
+        """Ask the model's is_ready() (at most PROBE_TIMEOUT_S; no answer is not ready)."""
+        stub, inbox = self._stub, self._inbox
+        ready = False
+        if stub is not None and inbox is not None:
+            probe_id = next(self._probe_ids)
+            try:
+                stub.send(Probe(probe_id))
+                answer: ProbeResult = inbox.wait(("probe", probe_id), PROBE_TIMEOUT_S)
+                ready = answer.ready
+                if answer.error:
+                    log.warning("%s: is_ready: %s", self.context.instance_name, answer.error)
+            except TimeoutError:
+                log.warning(
+                    "%s: is_ready did not answer within %g s",
+                    self.context.instance_name,
+                    PROBE_TIMEOUT_S,
+                )
+            except StubExited as exc:
+                log.warning("%s: %s", self.context.instance_name, exc)
+        self._ready = ready
+        self._ready_at = time.monotonic()
+
     # -- the stub's life -----------------------------------------------------------------------
 
     def _start(self) -> StubProcess:
@@ -183,8 +237,8 @@ class PythonModelInstance(ModelInstance):
         if isinstance(reply, Failed):
             self._stop_failed(stub)
             raise ServeError.unavailable(f"{self._name}: {reply.reason}")
-        self._route_message = route
         self._inbox = inbox
+        self._probes = bool(getattr(reply, "probes", False))
         return stub
 
     def _stop_failed(self, stub: StubProcess, ask_first: bool = True) -> None:
@@ -262,22 +316,28 @@ class PythonModelInstance(ModelInstance):
             or not self._lock.acquire(blocking=False)
         ):
             return False
+        if not inbox.try_lead():  # a readiness probe reads now: the thread waits its turn
+            self._lock.release()
+            return False
         try:
             batch = self._send_batch(stub, requests, times)
         except StubExited:
+            inbox.step_down()
             self._lock.release()
             return False  # the thread's execute restarts the stub and runs the batch
         except BaseException:
+            inbox.step_down()
             self._lock.release()
             raise
         loop = asyncio.get_running_loop()
-        loop.add_reader(stub.fileno(), self._on_readable, loop, stub, batch, times, finish)
+        loop.add_reader(stub.fileno(), self._on_readable, loop, stub, inbox, batch, times, finish)
         return True
 
     def _on_readable(
         self,
         loop: asyncio.AbstractEventLoop,
         stub: StubProcess,
+        inbox: Inbox,
         batch: _Batch,
         times: BatchTimes,
         finish: Callable[[list[RequestResult]], None],
@@ -287,8 +347,8 @@ class PythonModelInstance(ModelInstance):
         try:
             while True:
                 message = stub.recv_ready()
-                if self._route_message(message) is None:
-                    pass  # a call or streamed response, handled
+                if not inbox.route(message, CONTROL):
+                    pass  # a call, a streamed response or a probe's answer: handled
                 elif isinstance(message, Grow):
                     self._outputs.ensure(message.nbytes)
                     stub.send(ArenaUpdate(self._outputs.ref))
@@ -300,6 +360,7 @@ class PythonModelInstance(ModelInstance):
             results = self._finish_batch(batch, message, times)
         except StubExited as exc:
             loop.remove_reader(stub.fileno())
+            inbox.fail(exc)
             log.warning("%s: %s", self.context.instance_name, exc)
             error = ServeError.internal(f"{self._name}: {exc}")
             self._drop_stub(error)
@@ -312,6 +373,7 @@ class PythonModelInstance(ModelInstance):
             self._drop_stub(ServeError.internal(f"{self._name}: {type(exc).__name__}"))
             results = [ServeError.internal(f"{self._name}: {type(exc).__name__}: {exc}")]
             results *= batch.count
+        inbox.step_down()
         self._lock.release()
         finish(results)
 
@@ -441,6 +503,8 @@ class PythonModelInstance(ModelInstance):
         if isinstance(message, Call):
             calls.handle(message)
             return None
+        if isinstance(message, ProbeResult):
+            return ("probe", message.probe_id)
         return CONTROL
 
     def _deliver(self, message: Streamed) -> None:

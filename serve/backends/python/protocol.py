@@ -12,6 +12,9 @@ number of Streamed, before and after Results (execute returned) or BatchFailed, 
 had its final flag; each request of a batch has a slot number, unique in the stub's life, that
 its Streamed messages carry, so batches may overlap.
 
+The server may Probe the model's is_ready() at any time; the stub answers with ProbeResult
+from a thread of its own, so a running batch does not hold the answer back.
+
 At any time the model may Call the server (BLS inference, model load / unload / readiness,
 custom metrics); the server answers with CallReply messages carrying the call's id (a BLS call
 to a decoupled model gets several, the last one final). A call with id 0 expects no answer.
@@ -82,6 +85,12 @@ class Finalize(NamedTuple):
     pass
 
 
+class Probe(NamedTuple):
+    """Ask the model's is_ready(); answered with ProbeResult at any time, batch or not."""
+
+    probe_id: int
+
+
 class CallReply(NamedTuple):
     """The server's answer to Call `call_id`: a BLS response (tensors inline), or the value or
     error of another call."""
@@ -96,6 +105,15 @@ class CallReply(NamedTuple):
 # stub -> server
 class Ready(NamedTuple):
     pid: int
+    probes: bool = False  # the model defines is_ready(): ask it with Probe
+
+
+class ProbeResult(NamedTuple):
+    """The model's is_ready() answer to Probe `probe_id` (an error counts as not ready)."""
+
+    probe_id: int
+    ready: bool
+    error: str | None = None
 
 
 class Failed(NamedTuple):
@@ -170,6 +188,8 @@ _MESSAGES: tuple[type, ...] = (
     Streamed,
     Call,
     CallReply,
+    Probe,
+    ProbeResult,
 )
 _TAGS = {cls: tag for tag, cls in enumerate(_MESSAGES)}
 

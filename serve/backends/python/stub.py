@@ -11,11 +11,13 @@ never change under the model.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import os
 import signal
 import sys
+import threading
 import traceback
 import weakref
 from pathlib import Path
@@ -40,6 +42,8 @@ from serve.backends.python.protocol import (
     Finalized,
     Grow,
     Init,
+    Probe,
+    ProbeResult,
     Ready,
     RequestMsg,
     ResponseMsg,
@@ -55,8 +59,7 @@ from serve.backends.python.shm import Attachment
 CONTROL = "control"  # the inbox key of the server's Execute, ArenaUpdate and Finalize
 
 
-def _route(message: Any) -> Any:
-    return call_key(message.call_id) if isinstance(message, CallReply) else CONTROL
+PROBE_TIMEOUT_S = 5.0  # as Triton bounds a model's readiness check
 
 
 class Stub:
@@ -66,8 +69,9 @@ class Stub:
         self._channel = channel
         # The main thread reads while it waits for the next batch; a model thread waiting for
         # its call's answer reads while the main thread runs execute.
-        self._inbox = Inbox(lambda _timeout: channel.recv(), _route)
+        self._inbox = Inbox(lambda _timeout: channel.recv(), self._route)
         self._services = StubServices(channel, self._inbox)
+        self._probing = threading.Lock()  # one is_ready() at a time
         self._model: Any = None
         self._model_file = Path()
         self._model_name = ""
@@ -97,6 +101,30 @@ class Stub:
             self._services.close()
             pb_utils._install_services(None)
 
+    def _route(self, message: Any) -> Any:
+        if isinstance(message, CallReply):
+            return call_key(message.call_id)
+        if isinstance(message, Probe):
+            thread = threading.Thread(target=self._probe, args=(message.probe_id,), daemon=True)
+            thread.start()
+            return None
+        return CONTROL
+
+    def _probe(self, probe_id: int) -> None:
+        """Answer a Probe with the model's is_ready() (run on a thread of its own)."""
+        with self._probing:
+            try:
+                ready = self._model.is_ready()
+                if inspect.isawaitable(ready):
+                    ready = asyncio.run(_bounded(ready))
+                if not isinstance(ready, bool):
+                    raise TypeError(f"is_ready() returned {type(ready).__name__}, not a bool")
+                answer = ProbeResult(probe_id, ready)
+            except Exception as exc:
+                answer = ProbeResult(probe_id, False, describe(exc, self._model_file))
+        with contextlib.suppress(OSError):
+            self._channel.send(answer)
+
     def _initialize(self, init: Init) -> Ready | Failed:
         self._model_file = Path(init.model_file)
         self._model_name = init.args.get("model_name", "")
@@ -119,7 +147,7 @@ class Stub:
         except Exception as exc:
             traceback.print_exc()
             return Failed(f"{stage} failed: {describe(exc, self._model_file)}")
-        return Ready(os.getpid())
+        return Ready(os.getpid(), callable(getattr(self._model, "is_ready", None)))
 
     def _execute(self, message: Execute) -> Results | BatchFailed:
         buf = self._inputs.buf(message.input_arena)
@@ -308,6 +336,10 @@ def _inline(response: pb_utils.InferenceResponse) -> ResponseMsg:
             array = np.ascontiguousarray(array)
         metas.append(TensorMeta(tensor.name(), array.dtype.str, array.shape, -1, array))
     return ResponseMsg(metas)
+
+
+async def _bounded(awaitable: Any) -> Any:
+    return await asyncio.wait_for(awaitable, PROBE_TIMEOUT_S)
 
 
 def main(argv: list[str] | None = None) -> int:
