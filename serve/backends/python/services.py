@@ -90,26 +90,30 @@ class StubServices:
 
 
 def _request_message(request: pb_utils.InferenceRequest) -> RequestMsg:
-    inputs = []
-    for tensor in request.inputs():
-        array = tensor.as_numpy()
-        if array.dtype.kind in BYTES_KINDS:
-            inputs.append(TensorMeta(tensor.name(), "|O", array.shape, -1, bytes_array(array)))
-            continue
-        try:
-            wire_datatype(array.dtype)
-        except ProtocolError as exc:
-            raise pb_utils.TritonModelException(f"input '{tensor.name()}': {exc}") from None
-        array = np.ascontiguousarray(array)
-        inputs.append(TensorMeta(tensor.name(), array.dtype.str, array.shape, -1, array))
     return RequestMsg(
         request_id=request.request_id(),
         correlation_id=request.correlation_id(),
         flags=request.flags(),
         parameters=request.parameters(),
         requested_outputs=request.requested_output_names(),
-        inputs=inputs,
+        inputs=[inline_tensor(tensor, "input") for tensor in request.inputs()],
     )
+
+
+def inline_tensor(tensor: Any, role: str) -> TensorMeta:
+    """`tensor` with its data carried in the message (BYTES as an object array of bytes);
+    TritonModelException naming the `role` ("input", "output") for what cannot travel."""
+    if not isinstance(tensor, pb_utils.Tensor):
+        raise pb_utils.TritonModelException(f"{role} {tensor!r} is not a pb_utils.Tensor")
+    array = tensor.as_numpy()
+    if array.dtype.kind in BYTES_KINDS:
+        return TensorMeta(tensor.name(), "|O", array.shape, -1, bytes_array(array))
+    try:
+        wire_datatype(array.dtype)
+    except ProtocolError as exc:
+        raise pb_utils.TritonModelException(f"{role} '{tensor.name()}': {exc}") from None
+    array = np.ascontiguousarray(array)
+    return TensorMeta(tensor.name(), array.dtype.str, array.shape, -1, array)
 
 
 def _response(reply: CallReply) -> pb_utils.InferenceResponse:

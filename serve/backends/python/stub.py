@@ -53,7 +53,13 @@ from serve.backends.python.protocol import (
     arena_array,
     place,
 )
-from serve.backends.python.services import BYTES_KINDS, StubServices, bytes_array, call_key
+from serve.backends.python.services import (
+    BYTES_KINDS,
+    StubServices,
+    bytes_array,
+    call_key,
+    inline_tensor,
+)
 from serve.backends.python.shm import Attachment
 
 CONTROL = "control"  # the inbox key of the server's Execute, ArenaUpdate and Finalize
@@ -321,21 +327,7 @@ def _inline(response: pb_utils.InferenceResponse) -> ResponseMsg:
         if isinstance(error, pb_utils.TritonError):
             return ResponseMsg([], error.message(), error.code())
         return ResponseMsg([], str(error), pb_utils.TritonError.UNKNOWN)
-    metas = []
-    for tensor in response.output_tensors():
-        if not isinstance(tensor, pb_utils.Tensor):
-            raise pb_utils.TritonModelException(f"output {tensor!r} is not a pb_utils.Tensor")
-        array = tensor.as_numpy()
-        if array.dtype.kind in BYTES_KINDS:
-            array = bytes_array(array)
-        else:
-            try:
-                wire_datatype(array.dtype)
-            except ProtocolError as exc:
-                raise pb_utils.TritonModelException(f"output '{tensor.name()}': {exc}") from None
-            array = np.ascontiguousarray(array)
-        metas.append(TensorMeta(tensor.name(), array.dtype.str, array.shape, -1, array))
-    return ResponseMsg(metas)
+    return ResponseMsg([inline_tensor(tensor, "output") for tensor in response.output_tensors()])
 
 
 async def _bounded(awaitable: Any) -> Any:
