@@ -249,6 +249,7 @@ class _SearchLoop:
 
     def _trial(self, trial: Trial) -> str:
         """Run one asked trial to its tell; a stop reason when it turned out to be surplus."""
+        trial.set_user_attr(WORKER, self.worker.attrs())  # claimed first: see counts()
         try:
             candidate = self._candidate_of(trial)
         except Exception as exc:  # e.g. a resumed study enqueued values this space lacks
@@ -256,7 +257,6 @@ class _SearchLoop:
             return ""
         trial.set_user_attr(KEY, candidate.key)
         trial.set_user_attr(CANDIDATE, candidate.to_json())
-        trial.set_user_attr(WORKER, self.worker.attrs())
         records = self._records()
         n_trials = self.settings.n_trials
         earlier = [r for r in records if r.number < trial.number and counts(r)]

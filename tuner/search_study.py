@@ -244,8 +244,12 @@ _TOLD_AS = {"ok": "COMPLETE", "pruned": "PRUNED", "failed": "FAIL"}
 
 def counts(record: TrialRecord) -> bool:
     """Whether a trial counts toward n_trials: a measurement, done or under way. Reused
-    outcomes cost nothing and interrupted trials gave nothing, so neither counts."""
-    return record.state == "RUNNING" or (record.outcome is not None and record.reused_from is None)
+    outcomes cost nothing and interrupted trials gave nothing, so neither counts; nor does a
+    RUNNING trial no worker has claimed (its process died between asking and claiming it; a
+    live one claims it at once, and a surplus trial from that race is caught)."""
+    if record.state == "RUNNING":
+        return bool(record.worker)
+    return record.outcome is not None and record.reused_from is None
 
 
 def best_of(records: list[TrialRecord]) -> TrialRecord | None:

@@ -400,6 +400,20 @@ def test_stale_running_trials_do_not_block_a_resume(tmp_path: Path) -> None:
     assert all(t.state != "RUNNING" for t in result.trials)
 
 
+def test_a_trial_asked_but_never_claimed_does_not_count(tmp_path: Path) -> None:
+    # A process killed between asking a trial and claiming it leaves it RUNNING with no
+    # worker (and a fresh start, so not stale yet): it must not stand for a measurement.
+    storage = sqlite_url(tmp_path / "study.db")
+    run_search(small_space(), fake_measure, settings(n_trials=2, storage=storage))
+    study = optuna.load_study(study_name="digits", storage=storage)
+    orphan = study.ask()
+    counting = Counting()
+    result = run_search(small_space(), counting, settings(n_trials=4, storage=storage))
+    assert len(counting.calls) == 2
+    assert result.stop_reason == "4 trials done"
+    assert [t.number for t in result.trials if t.state == "RUNNING"] == [orphan.number]
+
+
 def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
