@@ -182,7 +182,9 @@ class _SearchLoop:
         # A dead worker's trial only needs noticing about as often as it can go stale.
         now = self.clock()
         if self.stale_checked is None or now - self.stale_checked >= self.settings.heartbeat_s:
-            fail_stale_trials(self.study, self.settings.stale_after_s)
+            fail_stale_trials(
+                self.study, self.settings.stale_after_s, claim_within_s=self.settings.claim_within_s
+            )
             self.stale_checked = now
 
     def _records(self) -> list[TrialRecord]:
@@ -249,7 +251,8 @@ class _SearchLoop:
 
     def _trial(self, trial: Trial) -> str:
         """Run one asked trial to its tell; a stop reason when it turned out to be surplus."""
-        trial.set_user_attr(WORKER, self.worker.attrs())  # claimed first: see counts()
+        # Claimed at once: a trial asked and never claimed is failed by the next process.
+        trial.set_user_attr(WORKER, self.worker.attrs())
         try:
             candidate = self._candidate_of(trial)
         except Exception as exc:  # e.g. a resumed study enqueued values this space lacks

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import socket
 import sqlite3
@@ -148,16 +149,21 @@ class Worker:
 
 
 def fail_stale_trials(
-    study: optuna.Study, stale_after_s: float, now: float | None = None
+    study: optuna.Study,
+    stale_after_s: float,
+    now: float | None = None,
+    claim_within_s: float = math.inf,
 ) -> list[int]:
     """Mark RUNNING trials whose process is gone as FAIL (they hold no outcome, so they are
     neither reused nor counted): on this host when the pid is dead, anywhere when the
-    heartbeat (or the start, before the first beat) is older than `stale_after_s`."""
+    heartbeat (or the start, before the first beat) is older than `stale_after_s`, and a
+    trial no worker claimed within `claim_within_s` of being asked (a worker claims its trial
+    at once: its asker died in between)."""
     now = time.time() if now is None else now
     host = socket.gethostname()
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not _is_stale(trial, host, stale_after_s, now):
+        if not _is_stale(trial, host, stale_after_s, now, claim_within_s):
             continue
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
@@ -171,8 +177,13 @@ def fail_stale_trials(
     return failed
 
 
-def _is_stale(trial: FrozenTrial, host: str, stale_after_s: float, now: float) -> bool:
+def _is_stale(
+    trial: FrozenTrial, host: str, stale_after_s: float, now: float, claim_within_s: float
+) -> bool:
     worker = trial.user_attrs.get(WORKER)
+    started = trial.datetime_start
+    if worker is None and started is not None and now - started.timestamp() > claim_within_s:
+        return True
     if isinstance(worker, Mapping) and worker.get("host") == host:
         pid = int(worker.get("pid", 0))
         if pid != os.getpid() and not _pid_alive(pid):
@@ -244,12 +255,8 @@ _TOLD_AS = {"ok": "COMPLETE", "pruned": "PRUNED", "failed": "FAIL"}
 
 def counts(record: TrialRecord) -> bool:
     """Whether a trial counts toward n_trials: a measurement, done or under way. Reused
-    outcomes cost nothing and interrupted trials gave nothing, so neither counts; nor does a
-    RUNNING trial no worker has claimed (its process died between asking and claiming it; a
-    live one claims it at once, and a surplus trial from that race is caught)."""
-    if record.state == "RUNNING":
-        return bool(record.worker)
-    return record.outcome is not None and record.reused_from is None
+    outcomes cost nothing and interrupted trials gave nothing, so neither counts."""
+    return record.state == "RUNNING" or (record.outcome is not None and record.reused_from is None)
 
 
 def best_of(records: list[TrialRecord]) -> TrialRecord | None:

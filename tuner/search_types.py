@@ -93,6 +93,7 @@ class SearchSettings:
     min_throughput: float | None = None
     n_startup_trials: int | None = None  # TPE's random start; None: from n_trials
     stale_after_s: float = 120.0  # a RUNNING trial with no heartbeat this long is dead
+    claim_within_s: float = 5.0  # a RUNNING trial no worker claimed this long after its ask
     heartbeat_s: float = 10.0
     # Anything else the outcome depends on (accuracy limit, model hash...): a study created
     # with other values is not resumed.

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -402,16 +403,20 @@ def test_stale_running_trials_do_not_block_a_resume(tmp_path: Path) -> None:
 
 def test_a_trial_asked_but_never_claimed_does_not_count(tmp_path: Path) -> None:
     # A process killed between asking a trial and claiming it leaves it RUNNING with no
-    # worker (and a fresh start, so not stale yet): it must not stand for a measurement.
+    # worker: once claim_within_s has passed, the next run fails it, so it does not stand for
+    # a measurement (its heartbeat staleness would take minutes).
     storage = sqlite_url(tmp_path / "study.db")
     run_search(small_space(), fake_measure, settings(n_trials=2, storage=storage))
     study = optuna.load_study(study_name="digits", storage=storage)
     orphan = study.ask()
     counting = Counting()
-    result = run_search(small_space(), counting, settings(n_trials=4, storage=storage))
+    time.sleep(0.05)
+    resumed = replace(settings(n_trials=4, storage=storage), claim_within_s=0.01)
+    result = run_search(small_space(), counting, resumed)
     assert len(counting.calls) == 2
     assert result.stop_reason == "4 trials done"
-    assert [t.number for t in result.trials if t.state == "RUNNING"] == [orphan.number]
+    (failed,) = [t for t in result.trials if t.number == orphan.number]
+    assert failed.interrupted
 
 
 def _dead_pid() -> int:
