@@ -40,7 +40,7 @@ def test_accuracy_guard_excludes_int8_and_admits_fp16(
         "--trials",
         "4",
         "--measurement-interval",
-        "500",
+        "300",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((tmp_path / "reports" / "resnet18" / "summary.json").read_text())
