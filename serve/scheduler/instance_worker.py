@@ -54,20 +54,16 @@ class InstanceWorker:
             return
         recent = self._recent_ns
         if self.instance.inline_when_quick and recent is not None and recent < INLINE_BELOW_NS:
-            results, times = self._execute(requests)
+            results = self._execute(requests, times)
             self._loop.call_soon(on_done, self, results, times)
         else:
-            self._executor.submit(self._execute_on_thread, requests, on_done)
+            self._executor.submit(self._execute_on_thread, requests, times, on_done)
 
     def _finish_begun(
         self, count: int, times: BatchTimes, on_done: BatchDone, results: list[RequestResult]
     ) -> None:
         """A batch the instance ran without a thread has ended (on the loop's thread)."""
-        if len(results) != count:
-            error = ServeError.internal(
-                f"{self.name}: backend returned {len(results)} results for {count} requests"
-            )
-            results = [error] * count
+        results = self._one_per_request(results, count)
         self._ended(times)
         on_done(self, results, times)
 
@@ -78,27 +74,31 @@ class InstanceWorker:
         self._recent_ns = elapsed if recent is None else recent + _SMOOTHING * (elapsed - recent)
         self._busy.clear()
 
-    def _execute_on_thread(self, requests: Sequence[InferRequest], on_done: BatchDone) -> None:
-        results, times = self._execute(requests)
+    def _execute_on_thread(
+        self, requests: Sequence[InferRequest], times: BatchTimes, on_done: BatchDone
+    ) -> None:
+        results = self._execute(requests, times)
         self._loop.call_soon_threadsafe(on_done, self, results, times)
 
-    def _execute(self, requests: Sequence[InferRequest]) -> tuple[list[RequestResult], BatchTimes]:
-        times = BatchTimes()
-        times.start_ns = time.monotonic_ns()
+    def _execute(self, requests: Sequence[InferRequest], times: BatchTimes) -> list[RequestResult]:
+        times.start_ns = time.monotonic_ns()  # on the thread that runs it: no hand-over counted
         try:
-            results = self.instance.execute(requests, times)
-            if len(results) != len(requests):
-                raise ServeError.internal(
-                    f"{self.name}: backend returned {len(results)} results "
-                    f"for {len(requests)} requests"
-                )
+            results = self._one_per_request(self.instance.execute(requests, times), len(requests))
         except ServeError as exc:
             results = [exc] * len(requests)
         except Exception as exc:  # a backend bug must fail its batch, not the server
             error = ServeError.internal(f"{self.name}: {type(exc).__name__}: {exc}")
             results = [error] * len(requests)
         self._ended(times)
-        return results, times
+        return results
+
+    def _one_per_request(self, results: list[RequestResult], count: int) -> list[RequestResult]:
+        if len(results) == count:
+            return results
+        error = ServeError.internal(
+            f"{self.name}: backend returned {len(results)} results for {count} requests"
+        )
+        return [error] * count
 
     def run_blocking(self, requests: Sequence[InferRequest]) -> list[RequestResult]:
         """Execute on the instance's thread and wait (used for warmup, before serving)."""

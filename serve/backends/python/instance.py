@@ -350,8 +350,7 @@ class PythonModelInstance(ModelInstance):
                 if not inbox.route(message, CONTROL):
                     pass  # a call, a streamed response or a probe's answer: handled
                 elif isinstance(message, Grow):
-                    self._outputs.ensure(message.nbytes)
-                    stub.send(ArenaUpdate(self._outputs.ref))
+                    self._grow_outputs(stub, message.nbytes)
                 else:
                     break
                 if not stub.pending:
@@ -386,8 +385,7 @@ class PythonModelInstance(ModelInstance):
             batch = self._send_batch(stub, requests, times)
             reply = inbox.wait(CONTROL)
             while isinstance(reply, Grow):
-                self._outputs.ensure(reply.nbytes)
-                stub.send(ArenaUpdate(self._outputs.ref))
+                self._grow_outputs(stub, reply.nbytes)
                 reply = inbox.wait(CONTROL)
         except StubExited as exc:
             log.warning("%s: %s", self.context.instance_name, exc)
@@ -395,6 +393,11 @@ class PythonModelInstance(ModelInstance):
             self._drop_stub(error)
             raise error from None
         return self._finish_batch(batch, reply, times)
+
+    def _grow_outputs(self, stub: StubProcess, nbytes: int) -> None:
+        """Answer the stub's Grow: a bigger output arena."""
+        self._outputs.ensure(nbytes)
+        stub.send(ArenaUpdate(self._outputs.ref))
 
     def _send_batch(
         self, stub: StubProcess, requests: Sequence[InferRequest], times: BatchTimes
