@@ -4,6 +4,11 @@ A `Candidate` holds only the tuned parameters (names below); everything else com
 base config. Precision variants are separate model files named `<stem>.<precision><ext>`
 beside the original (`model.int8.onnx`), selected through `default_model_filename`; the
 TensorRT precisions are an execution-accelerator block instead (no new file).
+
+A pipeline's candidate (an ensemble's composing models tuned jointly) holds the same
+parameters qualified by the model they belong to, "<model>.<parameter>"
+(`"minilm_encoder.instance_count"`); `step_candidate` takes one model's part back out as a
+plain candidate, `join_steps` makes a joint one from plain ones.
 """
 
 from __future__ import annotations
@@ -56,15 +61,11 @@ class Candidate(Mapping[str, ParamValue]):
 
     def __init__(self, values: Mapping[str, ParamValue] | Iterable[tuple[str, ParamValue]] = ()):
         items = dict(values)
-        unknown = sorted(set(items) - set(_SHORT))
+        unknown = sorted(name for name in items if split_name(name)[1] not in _SHORT)
         if unknown:
             raise ValueError(f"unknown tuning parameter(s): {', '.join(unknown)}")
-        self._items = tuple(sorted(items.items(), key=lambda item: _ORDER[item[0]]))
-        self._key = ",".join(
-            f"{_SHORT[name]}={_short_value(name, value)}"
-            for name, value in self._items
-            if not (name == INSTANCE_KIND and value == "KIND_CPU")  # the usual case: kept short
-        )
+        self._items = tuple(sorted(items.items(), key=lambda item: _sort_key(item[0])))
+        self._key = _key_of(self._items)
 
     def __getitem__(self, name: str) -> ParamValue:
         for key, value in self._items:
@@ -102,6 +103,56 @@ class Candidate(Mapping[str, ParamValue]):
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Candidate:
         return cls(data)
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """ "minilm_encoder.instance_count" -> ("minilm_encoder", "instance_count"); a plain
+    parameter name has the model "" (parameter names hold no dot; model names may)."""
+    model, _, parameter = name.rpartition(".")
+    return model, parameter
+
+
+def qualified(model: str, parameter: str) -> str:
+    return f"{model}.{parameter}"
+
+
+def step_candidate(candidate: Candidate, model: str) -> Candidate:
+    """`model`'s part of a pipeline candidate, as a plain candidate (empty when it has none)."""
+    return Candidate(
+        (parameter, value)
+        for name, value in candidate.items()
+        for owner, parameter in [split_name(name)]
+        if owner == model
+    )
+
+
+def join_steps(steps: Mapping[str, Candidate]) -> Candidate:
+    """One pipeline candidate from each model's plain candidate."""
+    return Candidate(
+        (qualified(model, name), value)
+        for model, candidate in steps.items()
+        for name, value in candidate.items()
+    )
+
+
+def _sort_key(name: str) -> tuple[str, int]:
+    model, parameter = split_name(name)
+    return model, _ORDER[parameter]
+
+
+def _key_of(items: tuple[tuple[str, ParamValue], ...]) -> str:
+    """'mbs=16,db=on,...' for a plain candidate; 'a[inst=1,...] b[inst=2,...]' for a
+    pipeline's, one group per model."""
+    groups: dict[str, list[str]] = {}
+    for name, value in items:
+        model, parameter = split_name(name)
+        if parameter == INSTANCE_KIND and value == "KIND_CPU":
+            continue  # the usual case: kept short
+        groups.setdefault(model, []).append(f"{_SHORT[parameter]}={_short_value(parameter, value)}")
+    return " ".join(
+        ",".join(parts) if not model else f"{model}[{','.join(parts)}]"
+        for model, parts in groups.items()
+    )
 
 
 def _short_value(name: str, value: ParamValue) -> str:

@@ -38,7 +38,7 @@ from tuner.search_types import (
     TrialOutcome,
     TrialRecord,
 )
-from tuner.space import SearchSpace, grid
+from tuner.space import Space, grid
 
 __all__ = [
     "Evaluate",
@@ -59,7 +59,7 @@ _MAX_REPEATS = 25  # proposals in a row of measured candidates: the search has c
 
 
 def run_search(
-    space: SearchSpace,
+    space: Space,
     evaluate: Evaluate,
     settings: SearchSettings,
     progress: Progress | None = None,
@@ -107,7 +107,7 @@ def run_search(
 class _SearchLoop:
     def __init__(
         self,
-        space: SearchSpace,
+        space: Space,
         evaluate: Evaluate,
         settings: SearchSettings,
         progress: Progress | None,

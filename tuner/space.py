@@ -93,6 +93,9 @@ class SpaceOptions:
     latency_limit: Duration | None = None  # delays >= this are left out
     max_instances: int | None = None  # default: the core count (4 on a GPU)
     tune_preferred: bool = True  # False: preferred_batch_size stays none (a smaller grid)
+    # An ensemble's step: max_batch_size never below the ensemble's own (its requests batch
+    # up to that size before they reach the step).
+    min_batch_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,10 @@ class SearchSpace:
                     PREFERRED_BATCH_SIZE: preferred,
                 }
         return Candidate(values)
+
+    def grid_points(self) -> tuple[Candidate, ...]:
+        """Every valid candidate, the model's own config first."""
+        return self._grid
 
     def suggest(self, trial: SuggestingTrial) -> Candidate:
         """Define-by-run: ask the trial for each value (enqueued trials answer with theirs)."""
@@ -258,9 +265,34 @@ class SearchSpace:
         return values
 
 
-def grid(space: SearchSpace) -> list[Candidate]:
+class Space(Protocol):
+    """What the search loop needs of a space: one model's (`SearchSpace`) or a pipeline's
+    (`tuner.pipeline_space.PipelineSpace`, the composition of its steps' spaces)."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def walk(self, choose: Chooser) -> Candidate: ...
+
+    def suggest(self, trial: SuggestingTrial) -> Candidate: ...
+
+    def params_for(self, candidate: Candidate) -> dict[str, ParamValue]: ...
+
+    def as_written(self) -> Candidate: ...
+
+    def prior_candidates(self) -> list[Candidate]: ...
+
+    def grid_points(self) -> tuple[Candidate, ...]: ...
+
+    def describe(self) -> list[str]: ...
+
+
+def grid(space: Space) -> list[Candidate]:
     """Every valid candidate of `space`, the model's own config first."""
-    return list(space._grid)
+    return list(space.grid_points())
 
 
 def build_space(
@@ -341,6 +373,9 @@ def _batching_choices(base: mc.ModelConfig, options: SpaceOptions) -> BatchingCh
     sizes = set(_powers_of_two(cap)) - {1} | {cap}
     if 2 <= base.max_batch_size <= cap:
         sizes.add(base.max_batch_size)
+    sizes = {size for size in sizes if size >= options.min_batch_size}
+    if not sizes:
+        return None  # nothing between the ensemble's size and the cap: batching stays as is
     limit = None if options.latency_limit is None else options.latency_limit.us
     delays = {d for d in options.delays_us if d == 0 or limit is None or d < limit}
     base_delay = base.dynamic_batching.max_queue_delay_microseconds
