@@ -111,7 +111,12 @@ async def open_session(
     driver, model = connected.driver, connected.model
     session: PerfSession | None = None
     try:
-        statistics = ServerStatistics(connected.client, model.name, model.version)
+        statistics = ServerStatistics(
+            connected.client,
+            model.name,
+            model.version,
+            [(c.name, c.version) for c in model.composing],
+        )
 
         def client_pids() -> list[int]:
             return [os.getpid(), *getattr(driver, "pids", ())]

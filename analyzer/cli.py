@@ -94,6 +94,39 @@ from analyzer.perf_run import run_perf
     help="Request-rate modes: connections the load may open; a request due while all are "
     "busy waits (and is counted late) [default: 4096].",
 )
+@click.option(
+    "--sequence-length",
+    type=int,
+    default=None,
+    show_default=False,
+    help="Sequence models: requests per sequence, +/- the variation [default: 20, or each"
+    " data stream's steps with --input-data files].",
+)
+@click.option(
+    "--sequence-length-variation",
+    type=float,
+    default=20.0,
+    help="Sequence models: how far (percent) a sequence's length may be from"
+    " --sequence-length, drawn uniformly.",
+)
+@click.option(
+    "--sequence-id-range",
+    default=None,
+    show_default=False,
+    help="Sequence models: start[:end] of the sequence ids (end excluded; ids wrap within"
+    " the range) [default: from 1, no end].",
+)
+@click.option(
+    "--num-of-sequences",
+    type=int,
+    default=4,
+    help="Sequence models, request-rate modes: live sequences the rate is spread over.",
+)
+@click.option(
+    "--serial-sequences",
+    is_flag=True,
+    help="Sequence models, request-rate modes: at most one request outstanding per sequence.",
+)
 @click.option("-v", "verbose", count=True, show_default=False, help="Print every window.")
 def perf_command(**values: object) -> None:
     """Measure a model's throughput and latency under load, as perf_analyzer does.

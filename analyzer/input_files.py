@@ -40,6 +40,15 @@ def read_json_data(
     path: Path, model: ModelInfo, item_shapes: dict[str, tuple[int, ...] | None]
 ) -> list[Sample]:
     """The samples of one JSON data file, in file order."""
+    return [sample for stream in read_json_streams(path, model, item_shapes) for sample in stream]
+
+
+def read_json_streams(
+    path: Path, model: ModelInfo, item_shapes: dict[str, tuple[int, ...] | None]
+) -> list[list[Sample]]:
+    """The data streams of one JSON data file, as a sequence model's load uses them: each
+    entry that is a list is a stream of its own (its steps in order); entries that are
+    objects make one stream together, in file order."""
     try:
         document = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -61,13 +70,23 @@ def read_json_data(
             f"in {path}, 'data' mixes objects and lists (sequences of steps); use one form"
         )
     reader = _EntryReader(path, model, item_shapes)
-    samples: list[Sample] = []
+    streams: list[list[Sample]] = []
     for index, entry in enumerate(entries):
-        steps = entry if isinstance(entry, list) else [entry]
-        for step, value in enumerate(steps):
-            where = f"{path}, data entry {index}" + (f" step {step}" if len(steps) > 1 else "")
-            samples.append(reader.read(value, where))
-    return samples
+        if not isinstance(entry, list):
+            if not streams:
+                streams.append([])
+            streams[0].append(reader.read(entry, f"{path}, data entry {index}"))
+            continue
+        if not entry:
+            raise AnalyzerError(f"in {path}, data entry {index} is an empty list of steps")
+        steps = [
+            reader.read(
+                value, f"{path}, data entry {index}" + (f" step {step}" if len(entry) > 1 else "")
+            )
+            for step, value in enumerate(entry)
+        ]
+        streams.append(steps)
+    return streams
 
 
 def read_data_directory(path: Path, model: ModelInfo, shapes: dict[str, tuple[int, ...]]) -> Sample:

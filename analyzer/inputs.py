@@ -22,7 +22,12 @@ import numpy as np
 
 from analyzer.datatypes import numpy_dtype
 from analyzer.errors import AnalyzerError
-from analyzer.input_files import Sample, read_data_directory, read_json_data
+from analyzer.input_files import (
+    Sample,
+    read_data_directory,
+    read_json_data,
+    read_json_streams,
+)
 from analyzer.load.options import LoadOptions, ModelInfo, TensorInfo
 from analyzer.shapes import check_shape, item_dims
 
@@ -62,6 +67,32 @@ def build_input_sets(model: ModelInfo, options: LoadOptions) -> list[InputSet]:
         _stacked(model, [samples[(k * batch_size + j) % count] for j in range(batch_size)])
         for k in range(distinct)
     ]
+
+
+def build_input_streams(model: ModelInfo, options: LoadOptions) -> list[list[InputSet]]:
+    """A sequence model's data streams: the inputs of each step of each stream. Random or
+    zero data is one stream of one step; JSON files give their streams (see
+    `read_json_streams`), a directory one stream of one step. With -b above 1 a request
+    repeats its step's data in every batch row."""
+    batch_size = check_batch_size(model, options.batch_size)
+    item_shapes = resolve_item_shapes(model, options.shapes)
+    sources = options.input_data or ["random"]
+    streams: list[list[Sample]] = []
+    if any(Path(source).is_file() for source in sources if source not in ("random", "zero")):
+        for source in sources:
+            path = Path(source)
+            if not path.is_file():
+                raise AnalyzerError(
+                    f"--input-data '{source}': a sequence model's data files must all be JSON files"
+                )
+            streams.extend(read_json_streams(path, model, item_shapes))
+    else:
+        streams = [[sample] for sample in _read_samples(model, options, item_shapes)]
+    if not streams or not all(streams):
+        raise AnalyzerError("the input data holds no data entries")
+    if model.max_batch_size == 0:
+        return [[_single(model, sample) for sample in stream] for stream in streams]
+    return [[_stacked(model, [sample] * batch_size) for sample in stream] for stream in streams]
 
 
 def check_batch_size(model: ModelInfo, batch_size: int) -> int:

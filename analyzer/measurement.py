@@ -71,6 +71,9 @@ class Measurement:
     # their scheduled time (perf_analyzer's delayed requests; over 1% comes with a warning)
     delayed_pct: float = 0.0
     warnings: tuple[str, ...] = ()  # client could not keep up, server stats missing, ...
+    # An ensemble's composing models (name -> their server breakdown over the same windows,
+    # nested ensembles and their steps included, depth first); empty for a plain model.
+    composing: dict[str, ServerBreakdown] = field(default_factory=dict)
 
     @property
     def response_wait_us(self) -> float:

@@ -10,6 +10,14 @@ from analyzer.errors import AnalyzerError
 from analyzer.load.factory import parse_header_flag, parse_shape_flag
 from analyzer.load.options import DEFAULT_MAX_CONNECTIONS, LoadOptions
 from analyzer.load.schedule import intervals_rate, read_intervals_file
+from analyzer.load.sequences import (
+    DEFAULT_LENGTH_VARIATION_PCT,
+    DEFAULT_NUM_OF_SEQUENCES,
+    DEFAULT_SEQUENCE_LENGTH,
+    SequenceOptions,
+    check_sequence_options,
+    parse_sequence_id_range,
+)
 from analyzer.profiler.settings import MeasureSettings
 from analyzer.profiler.sweep import CONCURRENCY, INTERVALS, REQUEST_RATE, SweepSpec
 from analyzer.ranges import parse_range
@@ -79,6 +87,11 @@ class PerfFlags:
     workers: int = 0
     max_connections: int | None = None
     verbose: int = 0
+    sequence_length: int | None = None
+    sequence_length_variation: float = DEFAULT_LENGTH_VARIATION_PCT
+    sequence_id_range: str | None = None
+    num_of_sequences: int = DEFAULT_NUM_OF_SEQUENCES
+    serial_sequences: bool = False
 
 
 def build_config(flags: PerfFlags) -> PerfConfig:
@@ -229,7 +242,26 @@ def _load_options(flags: PerfFlags, spec: SweepSpec, intervals: list[int] | None
         output_shared_memory_size=flags.output_shared_memory_size,
         output_tensor_format=flags.output_tensor_format,
         input_tensor_format=flags.input_tensor_format,
+        sequence=_sequence_options(flags),
     )
+
+
+def _sequence_options(flags: PerfFlags) -> SequenceOptions:
+    """The sequence flags (used only when the model turns out to be a sequence model)."""
+    id_start, id_end = 1, None
+    if flags.sequence_id_range is not None:
+        id_start, id_end = parse_sequence_id_range(flags.sequence_id_range)
+    options = SequenceOptions(
+        length=DEFAULT_SEQUENCE_LENGTH if flags.sequence_length is None else flags.sequence_length,
+        length_given=flags.sequence_length is not None,
+        variation_pct=flags.sequence_length_variation,
+        id_start=id_start,
+        id_end=id_end,
+        num_of_sequences=flags.num_of_sequences,
+        serial=flags.serial_sequences,
+    )
+    check_sequence_options(options)
+    return options
 
 
 def _output_path(text: str | None, flag: str) -> Path | None:

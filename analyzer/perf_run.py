@@ -19,6 +19,7 @@ from analyzer.measurement import Measurement
 from analyzer.perf_config import PerfConfig
 from analyzer.profiler.level import LevelRun, stabilizing_latency_us
 from analyzer.profiler.sweep import CONCURRENCY, SweepOutcome, SweepSpec, run_sweep
+from analyzer.report.composing import composing_lines, write_composing_csvs
 from analyzer.report.console import print_results
 from analyzer.report.csv_report import CsvLayout, write_csv
 from analyzer.report.html import write_html
@@ -33,6 +34,7 @@ async def run_perf(config: PerfConfig, out: Console, err: Console) -> int:
         async def measure(level: LoadLevel) -> LevelRun:
             run = await session.measure(level)
             _print_level(run, config, out, err)
+            _print_composing(run, session, out)
             return run
 
         outcome = await run_sweep(config.spec, measure, config.settings)
@@ -104,6 +106,18 @@ def _print_level(run: LevelRun, config: PerfConfig, out: Console, err: Console) 
         )
 
 
+def _print_composing(run: LevelRun, session: PerfSession, out: Console) -> None:
+    """An ensemble's composing models, as perf_analyzer prints them after each level."""
+    if run.measurement is None:
+        return
+    model = session.model
+    lines = composing_lines(
+        run.measurement, model.name, model.composing, session.statistics.versions
+    )
+    for line in lines:
+        out.print(line, markup=False, highlight=False)
+
+
 def _describe(level: LoadLevel) -> str:
     if level.concurrency:
         return f"Concurrency {level.concurrency}"
@@ -127,6 +141,7 @@ def _write_outputs(
                 verbose=outputs.verbose_csv,
             )
             write_csv(outputs.csv, reported, layout)
+            write_composing_csvs(outputs.csv, reported, session.statistics.versions, layout)
         if outputs.json is not None:
             write_json(outputs.json, reported)
         if outputs.html is not None:
@@ -173,5 +188,7 @@ def _range_text(spec: SweepSpec) -> str:
 
 
 def _response_cache_enabled(session: PerfSession) -> bool:
-    cache = session.model.config.get("response_cache") or {}
-    return bool(cache.get("enable"))
+    """The model's response cache, or for an ensemble any composing model's (perf_analyzer's
+    cache columns then cover the whole pipeline)."""
+    configs = [session.model.config, *(c.config for c in session.model.composing)]
+    return any(bool((config.get("response_cache") or {}).get("enable")) for config in configs)

@@ -11,17 +11,20 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from analyzer.ensembles import composing_models, is_sequence_model
 from analyzer.errors import AnalyzerError
-from analyzer.inputs import build_input_sets
+from analyzer.inputs import build_input_sets, build_input_streams
 from analyzer.load.base import LoadDriver, LoadLevel
 from analyzer.load.connectors import GRPC, GRPC_STREAM, HTTP
 from analyzer.load.local import AsyncLoadDriver, InferTarget
 from analyzer.load.options import LoadOptions, ModelInfo
 from analyzer.load.process import ProcessDriver
 from analyzer.load.schedule import ScheduleSpec, check_distribution, check_intervals
+from analyzer.load.sequence_requests import GrpcStepFramer, HttpStepFramer, SequenceSource
+from analyzer.load.sequences import check_sequence_options
 from analyzer.load.shared_memory import (
     SharedMemoryRefs,
     SystemSharedMemory,
@@ -86,6 +89,11 @@ async def connect(options: LoadOptions, peak: LoadLevel | None = None) -> Connec
         except ClientError as exc:
             raise AnalyzerError(str(exc)) from None
         model = model_info(metadata, config, options.version)
+        composing = await composing_models(client, config)
+        model = replace(model, composing=composing, sequence=is_sequence_model(config, composing))
+        if model.sequence:
+            target = build_sequence_target(client, model, options)
+            return Connected(make_driver(target, options, peak), model, client)
         input_sets = build_input_sets(model, options)
         refs: list[SharedMemoryRefs] | None = None
         if options.shared_memory == "system":
@@ -212,6 +220,66 @@ def build_target(
     return InferTarget(client.endpoint, tuple(http_requests), HTTP)
 
 
+def build_sequence_target(
+    client: ControlClient, model: ModelInfo, options: LoadOptions
+) -> InferTarget:
+    """A sequence model's target: each data step framed once, without its parameters."""
+    if options.shared_memory != "none":
+        raise AnalyzerError(
+            f"--shared-memory {options.shared_memory} is not supported for sequence model"
+            f" '{model.name}': use --shared-memory none"
+        )
+    if options.worker_processes > 1:
+        raise AnalyzerError(
+            f"--workers {options.worker_processes}: a sequence model's load runs in one"
+            " process (each sequence's requests in order); use --workers 1 or 0"
+        )
+    check_sequence_options(options.sequence)
+    streams = build_input_streams(model, options)
+    outputs = [tensor.name for tensor in model.outputs]
+    framer: GrpcStepFramer | HttpStepFramer
+    if options.protocol == "grpc":
+        framer = GrpcStepFramer(
+            tuple(
+                tuple(
+                    encode_grpc_infer_request(options.model, options.version, step, outputs)
+                    for step in stream
+                )
+                for stream in streams
+            )
+        )
+        transport = GRPC_STREAM if options.streaming else GRPC
+        metadata = metadata_pairs(options.headers)
+    else:
+        payloads = []
+        for stream in streams:
+            framed = []
+            for step in stream:
+                try:
+                    body, length = encode_infer_body(
+                        step,
+                        outputs,
+                        binary_inputs=options.input_tensor_format == "binary",
+                        binary_outputs=options.output_tensor_format == "binary",
+                    )
+                except ProtocolError as exc:
+                    raise AnalyzerError(f"{exc}: use --input-tensor-format binary") from None
+                cut = len(body) if length is None else length
+                framed.append((body[:cut], body[cut:]))
+            payloads.append(tuple(framed))
+        framer = HttpStepFramer(
+            client.endpoint, options.model, options.version, options.headers, tuple(payloads)
+        )
+        transport, metadata = HTTP, ()
+    source = SequenceSource(
+        framer=framer,
+        stream_steps=tuple(len(stream) for stream in streams),
+        data_given=options.input_data not in (["random"], ["zero"], []),
+        options=options.sequence,
+    )
+    return InferTarget(client.endpoint, (), transport, metadata, sequences=source)
+
+
 def make_driver(
     target: InferTarget, options: LoadOptions, peak: LoadLevel | None = None
 ) -> LoadDriver:
@@ -223,6 +291,8 @@ def make_driver(
         else None,
     )
     workers = min(worker_count(options, peak), options.max_connections)
+    if target.sequences is not None:
+        workers = 1  # build_sequence_target refuses more
     if workers <= 1:
         return AsyncLoadDriver(target, schedule, max_connections=options.max_connections)
     return ProcessDriver(target, schedule, workers, max_connections=options.max_connections)

@@ -29,8 +29,12 @@ from analyzer.load.base import (
 from analyzer.load.connectors import HTTP, TRANSPORTS, Connection, Connector, make_connector
 from analyzer.load.options import DEFAULT_MAX_CONNECTIONS
 from analyzer.load.schedule import ScheduleSpec, send_delays_ns
+from analyzer.load.sequence_requests import SequenceSender, SequenceSource
 from protocol.client.http import Endpoint
 from protocol.client.infer_connection import RawRecord
+
+# A sequence model's record: RawRecord's fields and the request's sequence id.
+SequenceRecord = tuple[int, int, int, int, bool, str, int]
 
 RETRY_DELAY_S = 0.05  # before replacing a connection that could not be opened
 PREOPEN_PER_RATE = 0.002  # connections opened before request-rate mode starts: 2 ms of sends
@@ -47,9 +51,12 @@ class InferTarget:
     requests: tuple[bytes, ...]
     transport: str = HTTP  # http | grpc | grpc_stream
     metadata: tuple[tuple[str, str], ...] = ()
+    # A sequence model's load: requests are framed per send with their sequence parameters
+    # (`requests` is then unused).
+    sequences: SequenceSource | None = None
 
     def __post_init__(self) -> None:
-        if not self.requests:
+        if not self.requests and self.sequences is None:
             raise ValueError("an InferTarget needs at least one request")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"unknown transport '{self.transport}'")
@@ -87,7 +94,12 @@ class AsyncLoadDriver(LoadDriver):
         self._address = target.endpoint.address
         self._requests = target.requests
         self._next_request = 0
-        self._records: list[RawRecord] = []
+        self._records: list[RawRecord | SequenceRecord] = []
+        self._sequences = (
+            SequenceSender(target.sequences, self._schedule.seed)
+            if target.sequences is not None
+            else None
+        )
         self._connector: Connector = make_connector(
             target.transport, target.endpoint, target.metadata
         )
@@ -140,6 +152,11 @@ class AsyncLoadDriver(LoadDriver):
         if not self._running:
             raise RuntimeError("the driver is not started")
         self._stop_schedule()
+        if self._sequences is not None:
+            if level.concurrency:
+                self._sequences.use_concurrency(level.concurrency)
+            elif level.request_rate:
+                self._sequences.use_rate()
         if level.concurrency:
             # Connect first (the old level keeps running meanwhile) so that no request's
             # latency includes connecting.
@@ -159,7 +176,7 @@ class AsyncLoadDriver(LoadDriver):
     async def collect(self) -> list[RequestRecord]:
         return [RequestRecord(*raw) for raw in self.take_raw()]
 
-    def take_raw(self) -> list[RawRecord]:
+    def take_raw(self) -> list[RawRecord | SequenceRecord]:
         """The raw records completed since the last call (what worker processes send)."""
         records, self._records = self._records, []
         return records
@@ -178,6 +195,8 @@ class AsyncLoadDriver(LoadDriver):
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
+        if self._sequences is not None and timeout_s > 0:
+            self._close_idle_sequences()
         if self._in_flight and timeout_s > 0:
             self._drained = asyncio.Event()
             with contextlib.suppress(TimeoutError):
@@ -201,11 +220,27 @@ class AsyncLoadDriver(LoadDriver):
             self._send(connection)
 
     def _send(self, connection: Connection) -> None:
+        self._in_flight += 1
+        if self._sequences is not None:
+            connection.send(self._sequences.take(connection))
+            return
         requests = self._requests
         index = self._next_request
         self._next_request = index + 1
-        self._in_flight += 1
         connection.send(requests[index % len(requests)])
+
+    def _close_idle_sequences(self) -> None:
+        """Stopping: a last request (sequence_end) for each open sequence with nothing
+        outstanding; those with a request outstanding are closed when it is answered."""
+        assert self._sequences is not None
+        for slot in self._sequences.open_idle_slots():
+            connection = self._take_connection()
+            if connection is None:
+                return  # at the cap: the server's idle timeout frees the rest
+            request = self._sequences.closing(connection, slot)
+            if request is not None:
+                self._in_flight += 1
+                connection.send(request)
 
     def _take_connection(self) -> Connection | None:
         idle = self._idle
@@ -238,8 +273,20 @@ class AsyncLoadDriver(LoadDriver):
                 self._idle.append(connection)
 
     def _on_done(self, connection: Connection, record: RawRecord) -> None:
-        self._records.append(record)
-        self._in_flight -= 1
+        sequences = self._sequences
+        if sequences is not None:
+            slot = sequences.done(connection)
+            self._records.append((*record, slot.sequence_id))
+            self._in_flight -= 1
+            if not self._running and not connection.closed and self._drained is not None:
+                closing = sequences.closing(connection, slot)
+                if closing is not None:
+                    self._in_flight += 1
+                    connection.send(closing)
+                    return
+        else:
+            self._records.append(record)
+            self._in_flight -= 1
         if not connection.closed:
             if self._in_flight < self._concurrency:
                 self._send(connection)  # the hot path: replace the request on this connection
@@ -275,6 +322,9 @@ class AsyncLoadDriver(LoadDriver):
             return
         now = perf_counter_ns()
         while self._next_send_ns <= now + EARLY_NS:
+            if self._sequences is not None and not self._sequences.can_send():
+                self._starved = True  # --serial-sequences: resume when a sequence frees
+                return
             connection = self._take_connection()
             if connection is None:  # at max_connections: resume when one frees
                 self._starved = True

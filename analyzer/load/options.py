@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.ensembles import ComposingModel
+from analyzer.load.sequences import SequenceOptions
 from protocol.metadata import TensorMetadata
 
 # Connections one load may open: each outstanding request needs its own (no pipelining). In
@@ -37,6 +39,9 @@ class LoadOptions:
     output_tensor_format: str = "binary"  # binary | json
     input_tensor_format: str = "binary"  # binary | json
     seed: int = 0
+    # Used when the model is a sequence model (sequence_batching, or an ensemble with a
+    # stateful step).
+    sequence: SequenceOptions = field(default_factory=SequenceOptions)
 
 
 # A tensor as the model metadata describes it (name, wire datatype, shape with -1 for variable
@@ -54,3 +59,5 @@ class ModelInfo:
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
     config: dict[str, Any]  # the config JSON as the server prints it
+    composing: tuple[ComposingModel, ...] = ()  # an ensemble's, depth first
+    sequence: bool = False  # requests carry sequence ids and flags

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from analyzer.load.base import LoadLevel
 from analyzer.measurement import Measurement, ServerBreakdown
 from analyzer.profiler.percentiles import mean_and_std, percentiles_of
-from analyzer.profiler.server_stats import ServerCounters, breakdown
+from analyzer.profiler.server_stats import ServerCounters, breakdown, composing_breakdowns
 from analyzer.profiler.window import Window
 
 
@@ -50,9 +50,12 @@ def merge_windows(
     delayed = sum(window.schedule.delayed for window in windows)
 
     server = ServerBreakdown()
+    composing: dict[str, ServerBreakdown] = {}
     counters_end = windows[-1].counters_end
     if counters_start is not None and counters_end is not None:
-        server = breakdown(counters_end.minus(counters_start))
+        delta = counters_end.minus(counters_start)
+        server = breakdown(delta)
+        composing = composing_breakdowns(delta)
 
     extra = {p: v / 1000.0 for p, v in points.items() if p not in (50, 90, 95, 99)}
     return Measurement(
@@ -83,4 +86,5 @@ def merge_windows(
         in_flight=windows[-1].in_flight_end,
         delayed_pct=100.0 * delayed / scheduled if scheduled else 0.0,
         warnings=tuple(warnings),
+        composing=composing,
     )

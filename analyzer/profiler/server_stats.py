@@ -38,17 +38,28 @@ class ServerCounters:
     cache_hit_ns: int = 0
     cache_miss_count: int = 0
     cache_miss_ns: int = 0
+    # An ensemble's composing models (name -> their counters), depth first; empty otherwise.
+    composing: tuple[tuple[str, ServerCounters], ...] = ()
 
     def minus(self, earlier: ServerCounters) -> ServerCounters:
-        """The counters accumulated since `earlier`."""
-        return ServerCounters(
-            **{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)}
+        """The counters accumulated since `earlier` (composing models matched by name; one
+        missing from `earlier` counts from zero)."""
+        before = dict(earlier.composing)
+        composing = tuple(
+            (name, counters.minus(before.get(name, ServerCounters())))
+            for name, counters in self.composing
         )
+        values: dict[str, Any] = {
+            f.name: getattr(self, f.name) - getattr(earlier, f.name)
+            for f in fields(self)
+            if f.name != "composing"
+        }
+        return ServerCounters(**values, composing=composing)
 
     @classmethod
     def from_model_stats(cls, entry: Mapping[str, Any]) -> ServerCounters:
         """From one `model_stats` entry of the statistics extension's JSON."""
-        values: dict[str, int] = {
+        values: dict[str, Any] = {
             "inference_count": int(entry.get("inference_count", 0)),
             "execution_count": int(entry.get("execution_count", 0)),
         }
@@ -78,6 +89,11 @@ def select_model_stats(
         return int(text) if text.isdigit() else -1
 
     return max(candidates, key=version_key)
+
+
+def composing_breakdowns(delta: ServerCounters) -> dict[str, ServerBreakdown]:
+    """Each composing model's breakdown of an ensemble's counter delta (empty otherwise)."""
+    return {name: breakdown(counters) for name, counters in delta.composing}
 
 
 def breakdown(delta: ServerCounters) -> ServerBreakdown:
