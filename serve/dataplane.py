@@ -22,7 +22,7 @@ from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.log_settings import LogSettings, LogValue
 from serve.model.loader import ServerServices
-from serve.model.model_version import ModelVersion, ResponseCallback, StreamCallback
+from serve.model.served import ResponseCallback, ServedModel, StreamCallback
 from serve.model_calls import DataPlaneCalls
 from serve.repository.manager import ModelRepository
 from serve.shared_memory.registry import SharedMemoryRegistry
@@ -164,7 +164,7 @@ class DataPlane:
         model.submit_stream(request, on_response)
 
     def _submit_traced(
-        self, model: ModelVersion, request: InferRequest, on_done: ResponseCallback
+        self, model: ServedModel, request: InferRequest, on_done: ResponseCallback
     ) -> None:
         if self.tracer.active:
             on_done = self.tracer.attach(request, model.version, on_done)
@@ -176,9 +176,7 @@ class DataPlane:
             return
         self._submit(model, request, on_done)
 
-    def _submit(
-        self, model: ModelVersion, request: InferRequest, on_done: ResponseCallback
-    ) -> None:
+    def _submit(self, model: ServedModel, request: InferRequest, on_done: ResponseCallback) -> None:
         if not uses_shared_memory(request):
             model.submit(request, on_done)
             return

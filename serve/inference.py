@@ -56,6 +56,9 @@ class InferRequest:
     # Set for a decoupled model's request: called with each response (the produced outputs, a
     # ServeError, or None for a bare final flag) and whether it is the request's last.
     on_response: Callable[[Any, bool], None] | None = None
+    # Set on an ensemble step's request: called with its queue time (ns) and its batch's
+    # BatchTimes when it succeeds, so the ensemble reports its steps' compute times.
+    on_stats: Callable[[int, Any], None] | None = None
 
     @property
     def priority(self) -> int:

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serve.config.ensemble import check_ensemble_config
+from serve.config.sequence_batching import check_sequence_batching
 from serve.errors import ServeError
 
 # Data types the engine can carry on the wire (BF16 has no KServe v2 wire type here).
@@ -31,7 +33,7 @@ SUPPORTED_DATA_TYPES = {
     mc.TYPE_STRING,
 }
 
-_SUPPORTED_SCHEDULERS = {"dynamic_batching"}
+_SUPPORTED_SCHEDULERS = {"ensemble_scheduling", "dynamic_batching", "sequence_batching"}
 
 
 class _Checker:
@@ -54,6 +56,7 @@ def validate_config(config: mc.ModelConfig, source: str, model_dir_name: str) ->
     _check_version_policy(config, check)
     _check_tensors(config.input, "input", config.max_batch_size, check)
     _check_tensors(config.output, "output", config.max_batch_size, check)
+    check_ensemble_config(config, check.fail)
     _check_scheduling(config, check)
     _check_instance_groups(config, check)
     _check_warmup(config, check)
@@ -120,6 +123,8 @@ def _check_scheduling(config: mc.ModelConfig, check: _Checker) -> None:
     choice = config.WhichOneof("scheduling_choice")
     if choice is not None and choice not in _SUPPORTED_SCHEDULERS:
         raise check.fail(choice, "is not supported by this server yet")
+    if choice == "sequence_batching":
+        check_sequence_batching(config, check.fail)
     if choice != "dynamic_batching":
         return
     batching = config.dynamic_batching

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -12,15 +12,11 @@ from serve.backends.base import RequestResult
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.model.classification import Labels
+from serve.model.served import ResponseCallback, StreamCallback
 from serve.model.tensors import TensorChecker
-from serve.scheduler.dynamic_batcher import DynamicBatcher
+from serve.scheduler.base import Scheduler
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.statistics import ModelStatistics
-
-ResponseCallback = Callable[[InferResponse | ServeError], None]
-# A decoupled model's responses: each response (None: a final flag with no response) and
-# whether it is the request's last.
-StreamCallback = Callable[[InferResponse | ServeError | None, bool], None]
 
 
 class ModelVersion:
@@ -30,7 +26,7 @@ class ModelVersion:
         version: int,
         model_dir: Path,
         workers: list[InstanceWorker],
-        batcher: DynamicBatcher,
+        batcher: Scheduler,
         stats: ModelStatistics,
         labels: Mapping[str, Labels] | None = None,
     ) -> None:

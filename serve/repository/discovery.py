@@ -7,6 +7,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.backends.registry import DEFAULT_MODEL_FILENAMES, backend_name, get_backend
+from serve.config.ensemble import composing_models, is_ensemble
 from serve.config.model_config import CONFIG_FILENAME, read_config_file
 from serve.config.validate import validate_config
 from serve.errors import ServeError
@@ -62,6 +63,10 @@ def prepare_config(
     if not config.name:
         config.name = model_dir.name
     available = version_numbers(model_dir)
+    if is_ensemble(config):  # no backend and no model file; a version folder, as in Triton
+        versions = _versions(config, model_dir, available)
+        validate_config(config, source, model_dir.name)
+        return config, versions, source
     if not backend_name(config):
         guessed = _guess_backend(model_dir, available)
         if not guessed:
@@ -70,12 +75,7 @@ def prepare_config(
             )
         config.backend = guessed
     backend = get_backend(backend_name(config))
-    versions = select_versions(config, available)
-    if not versions:
-        raise ServeError.unavailable(
-            f"{model_dir}: no version folder matches the version policy "
-            f"(found: {available or 'none'})"
-        )
+    versions = _versions(config, model_dir, available)
     filename = config.default_model_filename or backend.default_model_filename
     newest = model_dir / str(versions[-1]) / filename
     if newest.exists():
@@ -85,3 +85,23 @@ def prepare_config(
             raise ServeError(exc.kind, f"{source}: {exc.message}") from None
     validate_config(config, source, model_dir.name)
     return config, versions, source
+
+
+def _versions(config: mc.ModelConfig, model_dir: Path, available: list[int]) -> list[int]:
+    versions = select_versions(config, available)
+    if not versions:
+        raise ServeError.unavailable(
+            f"{model_dir}: no version folder matches the version policy "
+            f"(found: {available or 'none'})"
+        )
+    return versions
+
+
+def ensemble_steps_on_disk(model_dir: Path) -> list[str] | None:
+    """The models an ensemble on disk calls (None: not an ensemble, or a config that cannot be
+    read; loading it reports why)."""
+    try:
+        config = read_config_file(model_dir / CONFIG_FILENAME)
+    except ServeError:
+        return None
+    return composing_models(config) if is_ensemble(config) else None

@@ -19,10 +19,12 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serve.config.ensemble import composing_models, is_ensemble
 from serve.errors import ErrorKind, ServeError
+from serve.model.ensemble_version import EnsembleVersion, load_ensemble_version
 from serve.model.loader import ServerServices, load_model_version
-from serve.model.model_version import ModelVersion
-from serve.repository.discovery import model_directories, prepare_config
+from serve.model.served import ServedModel
+from serve.repository.discovery import ensemble_steps_on_disk, model_directories, prepare_config
 
 log = logging.getLogger("serve.repository")
 
@@ -42,7 +44,7 @@ class VersionState:
 @dataclass(slots=True)
 class ModelRecord:
     name: str
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    versions: dict[int, ServedModel] = field(default_factory=dict)
     states: dict[int, VersionState] = field(default_factory=dict)
     failure: str = ""  # why the model as a whole is unavailable (e.g. its config)
     config: mc.ModelConfig | None = None
@@ -78,10 +80,29 @@ class ModelRepository:
         names = [d.name for d in model_directories(self.path)]
         if self.mode == ControlMode.EXPLICIT:
             names = names if "*" in load_models else load_models
-        loaded = await asyncio.gather(*(self._load_quietly(name) for name in names))
+        failed: list[str] = []
+        for layer in await self._load_layers(names):
+            loaded = await asyncio.gather(*(self._load_quietly(name) for name in layer))
+            failed += [name for name, ok in zip(layer, loaded, strict=True) if not ok]
         if self.mode == ControlMode.POLL:
             self._poller = asyncio.create_task(self._poll_forever())
-        return [name for name, ok in zip(names, loaded, strict=True) if not ok]
+        return [name for name in names if name in failed]
+
+    async def _load_layers(self, names: list[str]) -> list[list[str]]:
+        """`names` in loading order: models first, then each ensemble after the ensembles it
+        calls (a cycle is left to the load to report)."""
+        steps = {
+            name: await asyncio.to_thread(ensemble_steps_on_disk, self.path / name)
+            for name in names
+        }
+        layers = [[name for name in names if steps[name] is None]]
+        left = [name for name in names if steps[name] is not None]
+        while left:
+            layer = [n for n in left if not any(m in left and m != n for m in steps[n] or [])]
+            layer = layer or left
+            layers.append(layer)
+            left = [n for n in left if n not in layer]
+        return [layer for layer in layers if layer]
 
     async def _load_quietly(self, name: str) -> bool:
         try:
@@ -114,15 +135,18 @@ class ModelRepository:
         name: str,
         override: mc.ModelConfig | None = None,
         files: dict[str, bytes] | None = None,
+        *,
+        callers: tuple[str, ...] = (),
     ) -> None:
-        """(Re)load a model; raise ServeError with the reason when no version could be loaded."""
+        """(Re)load a model; raise ServeError with the reason when no version could be loaded.
+        `callers`: the ensembles whose loading asked for this one (to refuse a cycle)."""
         if not files and name not in self._records and not (self.path / name).is_dir():
             # before a record exists: a name that is no model must not appear in the index
             raise ServeError.not_found(f"failed to load '{name}': no such model in {self.path}")
         record = self._records.setdefault(name, ModelRecord(name))
         async with record.lock:
             try:
-                await self._load_locked(record, override, files)
+                await self._load_locked(record, override, files, callers)
             except ServeError as exc:
                 raise _load_failure(name, exc) from None
             except OSError as exc:  # e.g. a file sent with the request that cannot be written
@@ -131,7 +155,11 @@ class ModelRepository:
                 ) from None
 
     async def _load_locked(
-        self, record: ModelRecord, override: mc.ModelConfig | None, files: dict[str, bytes] | None
+        self,
+        record: ModelRecord,
+        override: mc.ModelConfig | None,
+        files: dict[str, bytes] | None,
+        callers: tuple[str, ...] = (),
     ) -> None:
         name = record.name
         model_dir = self.path / name
@@ -153,12 +181,23 @@ class ModelRepository:
             if not record.versions:
                 record.failure = exc.message
             raise
+        if is_ensemble(config):
+            try:
+                await self._load_composing(config, (*callers, name))
+            except ServeError:
+                _discard(scratch)
+                raise
         for version in versions:
             record.states[version] = VersionState("LOADING")
-        loaded: dict[int, ModelVersion] = {}
+        loaded: dict[int, ServedModel] = {}
         errors: list[str] = []
         for version in versions:
             try:
+                if is_ensemble(config):
+                    loaded[version] = await load_ensemble_version(
+                        config, version, model_dir, self.get
+                    )
+                    continue
                 loaded[version] = await load_model_version(
                     config, version, model_dir, self.path, self.services
                 )
@@ -194,6 +233,26 @@ class ModelRepository:
             log.warning("'%s' loaded with failed versions: %s", name, "; ".join(errors))
         log.info("loaded '%s' versions %s", name, sorted(loaded))
 
+    async def _load_composing(self, config: mc.ModelConfig, callers: tuple[str, ...]) -> None:
+        """In explicit mode, load the composing models that are not loaded yet (as Triton
+        does); a cycle of ensembles is refused naming the step."""
+        steps = config.ensemble_scheduling.step
+        for model in composing_models(config):
+            index = next(i for i, step in enumerate(steps) if step.model_name == model)
+            where = f"ensemble_scheduling.step[{index}] (model '{model}')"
+            if model in callers:
+                raise ServeError.invalid(
+                    f"{where}: ensembles call each other in a cycle: {' -> '.join(callers)}"
+                    f" -> {model}"
+                )
+            record = self._records.get(model)
+            if self.mode != ControlMode.EXPLICIT or (record is not None and record.versions):
+                continue
+            try:
+                await self.load(model, callers=callers)
+            except ServeError as exc:
+                raise ServeError(exc.kind, f"{where}: {exc.message}") from None
+
     async def unload(self, name: str) -> None:
         record = self._records.get(name)
         if record is None:
@@ -215,7 +274,7 @@ class ModelRepository:
 
     # -- lookups ------------------------------------------------------------------------------
 
-    def get(self, name: str, version: str = "") -> ModelVersion:
+    def get(self, name: str, version: str = "") -> ServedModel:
         """The version to serve; NOT_FOUND for unknown names or versions, UNAVAILABLE otherwise."""
         record = self._records.get(name)
         if record is None:
@@ -256,8 +315,10 @@ class ModelRepository:
         for record in self._records.values():
             if record.failure and not record.versions:
                 return False
-            for state in record.states.values():
+            for version, state in record.states.items():
                 if state.state != "READY" and state.reason != "unloaded":
+                    return False
+                if state.state == "READY" and _unready_ensemble(record, version):
                     return False
         return True
 
@@ -265,7 +326,7 @@ class ModelRepository:
         record = self._records.get(name)
         return sorted(record.versions) if record else []
 
-    def loaded(self) -> list[ModelVersion]:
+    def loaded(self) -> list[ServedModel]:
         return [
             version
             for name in sorted(self._records)
@@ -294,14 +355,18 @@ class ModelRepository:
                     )
                 continue
             for version, state in sorted(record.states.items()):
-                if ready_only and state.state != "READY":
+                shown = state
+                if state.state == "READY":
+                    reason = _unready_ensemble(record, version)
+                    shown = VersionState("UNAVAILABLE", reason) if reason else state
+                if ready_only and shown.state != "READY":
                     continue
                 entries.append(
                     {
                         "name": name,
                         "version": str(version),
-                        "state": state.state,
-                        "reason": state.reason,
+                        "state": shown.state,
+                        "reason": shown.reason,
                     }
                 )
         return entries
@@ -329,6 +394,14 @@ class ModelRepository:
         for name in sorted(set(self._records) - on_disk):
             await self.unload(name)
             self._records.pop(name, None)
+
+
+def _unready_ensemble(record: ModelRecord, version: int) -> str:
+    """Why a loaded ensemble version cannot serve (a composing model is not ready), or ""."""
+    served = record.versions.get(version)
+    if isinstance(served, EnsembleVersion):
+        return served.unready_reason()
+    return ""
 
 
 def _write_scratch_model(name: str, files: dict[str, bytes]) -> Path:

@@ -235,6 +235,8 @@ class DynamicBatcher:
                 succeeded += 1
                 success_ns += now - pending.enqueue_ns
                 queue_ns += pending.dispatch_ns - pending.enqueue_ns
+                if pending.request.on_stats is not None:
+                    pending.request.on_stats(pending.dispatch_ns - pending.enqueue_ns, times)
         if succeeded:
             self._stats.record_successes(succeeded, success_ns, queue_ns, times)
         for pending, result in zip(batch, results, strict=True):
