@@ -175,6 +175,25 @@ class OnnxRuntimeInstance(ModelInstance):
                     f"(model outputs: {model_outputs})"
                 )
         self._output_names = [o.name for o in ctx.config.output]
+        # The sequence batcher feeds control and state inputs the config's inputs do not list,
+        # and keeps each state output, which the model computes even though no one asks for it.
+        sequence = ctx.config.sequence_batching
+        for name in [c.name for c in sequence.control_input] + [
+            s.input_name for s in sequence.state
+        ]:
+            if name not in model_inputs:
+                raise ServeError.unavailable(
+                    f"{source}: sequence_batching input '{name}' is not an input of "
+                    f"{ctx.model_path.name} (model inputs: {sorted(model_inputs)})"
+                )
+        for state in sequence.state:
+            if state.output_name not in model_outputs:
+                raise ServeError.unavailable(
+                    f"{source}: sequence_batching.state output '{state.output_name}' is not an "
+                    f"output of {ctx.model_path.name} (model outputs: {model_outputs})"
+                )
+            if state.output_name not in self._output_names:
+                self._output_names.append(state.output_name)
 
     def execute(self, requests: Sequence[InferRequest], times: BatchTimes) -> list[RequestResult]:
         assert self._session is not None, "execute before load"

@@ -16,9 +16,12 @@ from serve.errors import ServeError
 from serve.model.classification import read_labels
 from serve.model.model_version import ModelVersion
 from serve.model.warmup import run_warmup
+from serve.scheduler.base import Scheduler
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
+from serve.scheduler.sequence_batcher import SequenceBatcher
+from serve.scheduler.sequence_inputs import SequenceInputs
 from serve.scheduler.statistics import ModelStatistics
 
 log = logging.getLogger("serve.loader")
@@ -88,6 +91,9 @@ async def load_model_version(
     if not path.exists():
         raise ServeError.unavailable(f"model file {path} does not exist")
     labels = await asyncio.to_thread(read_labels, config, model_dir)
+    sequence_inputs = None
+    if config.HasField("sequence_batching"):
+        sequence_inputs = await asyncio.to_thread(SequenceInputs, config, model_dir)
     instances: list[ModelInstance] = []
     workers: list[InstanceWorker] = []
     try:
@@ -119,5 +125,9 @@ async def load_model_version(
             await asyncio.to_thread(instance.unload)
         raise
     stats = ModelStatistics(config.name, str(version))
-    batcher = DynamicBatcher(BatchingPolicy.from_config(config), workers, stats, loop)
+    batcher: Scheduler
+    if sequence_inputs is not None:
+        batcher = SequenceBatcher(config, sequence_inputs, workers, stats, loop)
+    else:
+        batcher = DynamicBatcher(BatchingPolicy.from_config(config), workers, stats, loop)
     return ModelVersion(config, version, model_dir, workers, batcher, stats, labels)
