@@ -27,13 +27,14 @@ from tuner.console import TuneConsole
 from tuner.duration import Duration
 from tuner.errors import EXIT_INTERRUPTED, EXIT_NOT_TUNED, EXIT_OK, TunerError, one_line, worst
 from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
+from tuner.pipeline_run import tune_pipeline
+from tuner.plan import Target, plan
 from tuner.report import render_run_report
 from tuner.report.cli import report_command
 from tuner.run import (
     DEFAULT_MAX_BATCH_SIZE_CAP,
     Hooks,
     TuneOptions,
-    model_names,
     tune_model,
 )
 from tuner.search_types import ProgressEvent
@@ -243,15 +244,17 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def run_tuning(options: TuneOptions) -> int:
-    """Tune every model of `options`, one after the other, and return the exit code.
+    """Tune every target of `options` (`tuner.plan.plan`: each ensemble as a pipeline, each
+    model no ensemble uses on its own), one after the other, and return the exit code.
 
-    A model that fails (any `TunerError`, or an unexpected exception) is reported in one line
-    and the run goes on with the next one; the exit code is the most severe of the models'
-    (`tuner.errors.worst`). Ctrl-C or SIGTERM stops the run at once (130)."""
+    A target that fails (any `TunerError`, or an unexpected exception) is reported in one line
+    and the run goes on with the next one; one the tuner cannot tune is skipped with the
+    reason (a failure only when it was asked for by name); the exit code is the most severe
+    of the targets' (`tuner.errors.worst`). Ctrl-C or SIGTERM stops the run at once (130)."""
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console says what matters
     try:
-        names = model_names(options)
+        targets = plan(options.repository, options.models)
     except Exception as exc:
         message, code = failure(exc, options.report_dir)
         click.echo(f"error: {message}", err=True)
@@ -259,13 +262,18 @@ def run_tuning(options: TuneOptions) -> int:
     started = time.monotonic()
     exit_code = EXIT_OK
     with TuneConsole() as console:
-        for index, name in enumerate(names):
+        _announce(targets, console)
+        skipped = [t for t in targets if t.skip]
+        if options.models and skipped:
+            exit_code = EXIT_NOT_TUNED
+        targets = [t for t in targets if not t.skip]
+        for index, target in enumerate(targets):
             share = None
             if options.time_budget is not None:
                 left = options.time_budget.s - (time.monotonic() - started)
-                share = Duration.from_s(max(left, 0.0) / (len(names) - index))
+                share = Duration.from_s(max(left, 0.0) / (len(targets) - index))
             try:
-                code = _tune_one(options, name, share, console)
+                code = _tune_one(options, target, share, console)
                 _StopRequest.check()
             except KeyboardInterrupt:
                 console.warning("interrupted: the study is kept and resumes next run")
@@ -274,12 +282,32 @@ def run_tuning(options: TuneOptions) -> int:
     return exit_code
 
 
-def _tune_one(options: TuneOptions, name: str, share: Duration | None, console: TuneConsole) -> int:
-    """Tune one model, print how it ended and return its exit code; errors become one line."""
+def _announce(targets: list[Target], console: TuneConsole) -> None:
+    """What the run tunes: the pipelines (with their steps), the models alone, the skipped."""
+    pipelines = [t for t in targets if t.kind == "pipeline" and not t.skip]
+    models = [t.name for t in targets if t.kind == "model" and not t.skip]
+    for target in pipelines:
+        console.note(f"pipeline '{target.name}': {' -> '.join(target.steps)} (tuned jointly)")
+    if models and pipelines:
+        console.note(f"models no ensemble uses, tuned on their own: {', '.join(models)}")
+    for target in targets:
+        if target.skip:
+            console.warning(f"skipping '{target.name}': {target.skip}")
+
+
+def _tune_one(
+    options: TuneOptions, target: Target, share: Duration | None, console: TuneConsole
+) -> int:
+    """Tune one target, print how it ended and return its exit code; errors become one line."""
+    name = target.name
+    hooks = Hooks(console.note, _stoppable(console))
     try:
         if share is not None and share.us <= 0:
             raise TunerError("the time budget was spent before its turn")
-        summary = tune_model(options, name, share, Hooks(console.note, _stoppable(console)))
+        if target.kind == "pipeline":
+            summary = tune_pipeline(options, target, share, hooks)
+        else:
+            summary = tune_model(options, name, share, hooks)
     except Exception as exc:
         message, code = failure(exc, options.report_dir / name)
         console.error(f"'{name}' could not be tuned: {message}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -67,14 +68,9 @@ class TrialEvaluator:
     def __call__(self, candidate: Candidate) -> TrialOutcome:
         """Load `candidate` applied to the base config and measure it. The empty candidate
         loads the base config exactly as written."""
-        precision = str(candidate.get(PRECISION, config_precision(self._base)))
-        variant = self._variants.get(precision)
-        if variant is None or variant.error is not None:
-            reason = variant.error if variant is not None else "not prepared"
-            return TrialOutcome.failed(f"precision {precision} unavailable: {reason}")
-        if variant.accuracy is not None and not variant.accuracy.passed:
-            # Never served: the accuracy constraint alone makes it infeasible.
-            return TrialOutcome("pruned", accuracy_ok=False, message=variant.verdict)
+        refused = precision_refusal(candidate, self._base, self._variants)
+        if refused is not None:
+            return refused
         try:
             self._server.load(self.config_for(candidate))
         except ServerError as exc:
@@ -83,32 +79,55 @@ class TrialEvaluator:
 
     def measure(self) -> TrialOutcome:
         """Search the highest load within the budget for the config loaded now."""
-        budget = self._budget
-        try:
-            url = self._server.url_for(self._settings.protocol)
-        except ServerError as exc:
-            return TrialOutcome.failed(f"measurement failed: {exc}")
-        options = LoadOptions(
-            url=url,
-            protocol=self._settings.protocol,
-            model=self._server.model_name,
-            input_data=[self._settings.input_data],
-            worker_processes=1,
-        )
-        try:
-            result = find_max_load(
-                options,
-                self._settings.measure,
-                budget.limit_us,
-                percentile=budget.percentile,
-                max_level=self._settings.max_concurrency,
-                max_binary_steps=self._settings.binary_steps,
-                unstable_retries=self._settings.unstable_retries,
-            )
-        except AnalyzerError as exc:
-            return TrialOutcome.failed(f"measurement failed: {exc}")
-        outcome, self.last_measurement = trial_outcome(result, budget)
+        outcome, self.last_measurement = measure_loaded(self._server, self._budget, self._settings)
         return outcome
+
+
+def precision_refusal(
+    candidate: Candidate, base: mc.ModelConfig, variants: dict[str, PrecisionVariant]
+) -> TrialOutcome | None:
+    """The outcome of a candidate whose precision cannot be served (not built, or beyond the
+    accuracy limit: never served, the accuracy constraint alone makes it infeasible); None
+    when it can."""
+    precision = str(candidate.get(PRECISION, config_precision(base)))
+    variant = variants.get(precision)
+    if variant is None or variant.error is not None:
+        reason = variant.error if variant is not None else "not prepared"
+        return TrialOutcome.failed(f"precision {precision} unavailable: {reason}")
+    if variant.accuracy is not None and not variant.accuracy.passed:
+        return TrialOutcome("pruned", accuracy_ok=False, message=variant.verdict)
+    return None
+
+
+def measure_loaded(
+    server: TuningServer, budget: LatencyBudget, settings: EvaluationSettings
+) -> tuple[TrialOutcome, Measurement | None]:
+    """Search the highest load within the budget for what `server` has loaded now, sending
+    the load to `server.model_name` (for a pipeline, the ensemble: the budget is end to end)."""
+    try:
+        url = server.url_for(settings.protocol)
+    except ServerError as exc:
+        return TrialOutcome.failed(f"measurement failed: {exc}"), None
+    options = LoadOptions(
+        url=url,
+        protocol=settings.protocol,
+        model=server.model_name,
+        input_data=[settings.input_data],
+        worker_processes=1,
+    )
+    try:
+        result = find_max_load(
+            options,
+            settings.measure,
+            budget.limit_us,
+            percentile=budget.percentile,
+            max_level=settings.max_concurrency,
+            max_binary_steps=settings.binary_steps,
+            unstable_retries=settings.unstable_retries,
+        )
+    except AnalyzerError as exc:
+        return TrialOutcome.failed(f"measurement failed: {exc}"), None
+    return trial_outcome(result, budget)
 
 
 def trial_outcome(
@@ -183,4 +202,24 @@ def _metrics(m: Measurement) -> dict[str, float]:
         "server_overhead_us": m.server.overhead_us,
         "errors": float(m.error_count),
     }
+    values |= step_metrics(m)
     return {k: v for k, v in values.items() if math.isfinite(v)}
+
+
+STEP_PREFIX = "step."
+
+
+def step_metrics(m: Measurement) -> dict[str, float]:
+    """Each composing model's server-side queue and compute time per request (an ensemble's
+    measurement), as "step.<model>.queue_us" and "step.<model>.compute_us"."""
+    values: dict[str, float] = {}
+    composing: dict[str, Any] = getattr(m, "composing", {})
+    for model, breakdown in composing.items():
+        if not breakdown.available:
+            continue
+        compute = (
+            breakdown.compute_input_us + breakdown.compute_infer_us + breakdown.compute_output_us
+        )
+        values[f"{STEP_PREFIX}{model}.queue_us"] = breakdown.queue_us
+        values[f"{STEP_PREFIX}{model}.compute_us"] = compute
+    return values

@@ -14,11 +14,10 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.api import CONFIG_FILENAME, config_to_text, open_model_directory
-from serve.api import model_names as repository_models
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, apply, diff, variant_filename
 from tuner.duration import Duration
-from tuner.errors import TunerError, TuneUsageError
+from tuner.errors import TunerError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
 from tuner.model_batch import accepted_batch_size
 from tuner.precision import DEFAULT_CACHE_DIR, PrecisionVariant, prepare_variants
@@ -70,24 +69,6 @@ class TuneError(TunerError):
     """A model cannot be tuned at all (its config, its files)."""
 
 
-def model_names(options: TuneOptions) -> list[str]:
-    """The models to tune, in order; TuneUsageError for a missing repository or model."""
-    if not options.repository.is_dir():
-        raise TuneUsageError(f"model repository {options.repository} is not a directory")
-    on_disk = repository_models(options.repository)
-    if not on_disk:
-        raise TuneUsageError(f"no models in {options.repository}")
-    if not options.models:
-        return on_disk
-    unknown = [m for m in options.models if m not in on_disk]
-    if unknown:
-        raise TuneUsageError(
-            f"no model {', '.join(repr(m) for m in unknown)} in {options.repository} "
-            f"(models: {', '.join(on_disk) or 'none'})"
-        )
-    return list(options.models)
-
-
 def study_name(options: TuneOptions, model: str, fingerprint: dict[str, str]) -> str:
     """The user's name, or one made from the model, the budget, the search and a digest of the
     fingerprint: the same command on a changed model or config (after a write-back, say) starts
@@ -105,7 +86,9 @@ def storage_url(options: TuneOptions, report_folder: Path) -> str:
     return f"sqlite:///{(report_folder / 'study.db').resolve()}"
 
 
-def _fingerprint(options: TuneOptions, config: mc.ModelConfig, model_path: Path) -> dict[str, str]:
+def fingerprint_of(
+    options: TuneOptions, config: mc.ModelConfig, model_path: Path
+) -> dict[str, str]:
     """What a resumed study must share with this run to reuse its measurements."""
     digest = hashlib.sha256()
     with model_path.open("rb") as handle:
@@ -170,10 +153,10 @@ def tune_model(
     report_folder = options.report_dir / model
     report_folder.mkdir(parents=True, exist_ok=True)
     platform = Platform.detect()
-    variants = _prepare_variants(options, model_dir, config, path, hooks)
+    variants = prepare_model_variants(options, model_dir, config, path, hooks)
     usable = tuple(v.precision for v in variants if v.usable) or ("fp32",)
     space = model_space(options, config, path, platform, usable)
-    fingerprint = _fingerprint(options, config, path)
+    fingerprint = fingerprint_of(options, config, path)
     settings = SearchSettings(
         budget=options.budget,
         study_name=study_name(options, model, fingerprint),
@@ -200,17 +183,17 @@ def tune_model(
             )
             hooks.note(f"{model}: {space.size} candidates in the search space")
             # The time budget counts from the start: preparing and starting took some of it.
-            settings = replace(settings, time_budget=_time_left(time_budget, started))
+            settings = replace(settings, time_budget=time_left(time_budget, started))
             result = run_search(space, evaluator, settings, lambda e: hooks.progress(model, e))
     finally:
-        _remove_tree(work_dir)
+        remove_tree(work_dir)
     summary = run_summary(
         model=model,
         budget=options.budget,
         platform=PlatformInfo(platform.cpu_count, platform.gpu),
         search=result,
         variants=variants,
-        as_written_config=_config_text(model_dir, config),
+        as_written_config=config_text(model_dir, config),
         validation_source=next((v.accuracy.source for v in variants if v.accuracy), ""),
         space=space.describe(),
     )
@@ -245,14 +228,18 @@ def tune_model(
     return summary
 
 
-def _prepare_variants(
+def prepare_model_variants(
     options: TuneOptions,
     model_dir: Path,
     config: mc.ModelConfig,
     path: Path,
     hooks: Hooks,
+    precisions_asked: tuple[str, ...] | None = None,
 ) -> list[PrecisionVariant]:
-    precisions = list(dict.fromkeys(("fp32", *options.precisions)))
+    """The model's precision variants (`precisions_asked`, default the run's), each verdict
+    told to the console."""
+    asked = options.precisions if precisions_asked is None else precisions_asked
+    precisions = list(dict.fromkeys(("fp32", *asked)))
     hooks.note(f"{model_dir.name}: preparing precisions {', '.join(precisions)}")
     variants = prepare_variants(
         model_dir,
@@ -268,13 +255,13 @@ def _prepare_variants(
     return variants
 
 
-def _config_text(model_dir: Path, config: mc.ModelConfig) -> str:
+def config_text(model_dir: Path, config: mc.ModelConfig) -> str:
     """config.pbtxt as the user wrote it (the completed config when there is none)."""
     path = model_dir / CONFIG_FILENAME
     return path.read_text(errors="replace") if path.is_file() else config_to_text(config)
 
 
-def _time_left(budget: Duration | None, started: float) -> Duration | None:
+def time_left(budget: Duration | None, started: float) -> Duration | None:
     """What is left of `budget` since `started` (at least a millisecond: the search then
     stops before its first trial)."""
     if budget is None:
@@ -282,5 +269,5 @@ def _time_left(budget: Duration | None, started: float) -> Duration | None:
     return Duration.from_s(max(budget.s - (time.monotonic() - started), 1e-3))
 
 
-def _remove_tree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)

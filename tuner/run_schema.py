@@ -92,6 +92,36 @@ class WrittenFiles:
 
 
 @dataclass(frozen=True, slots=True)
+class PipelineStep:
+    """One composing model of a tuned pipeline, in step order: its part of the best
+    configuration (`best`, the candidate key; "" when none), the fields that changed and what
+    was written for it."""
+
+    model: str
+    best: str = ""
+    changes: tuple[ConfigChange, ...] = ()
+    written: WrittenFiles | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "best": self.best,
+            "changes": [c.to_json() for c in self.changes],
+            "written": {} if self.written is None else self.written.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PipelineStep:
+        written = data.get("written") or {}
+        return cls(
+            model=str(data["model"]),
+            best=str(data.get("best") or ""),
+            changes=tuple(ConfigChange.from_json(c) for c in data.get("changes") or ()),
+            written=WrittenFiles.from_json(written) if written else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class AccuracyResult:
     """A reduced precision's accuracy check against fp32 (value and drop None when the
     metric was not finite)."""
@@ -209,7 +239,9 @@ def trial_from_json(data: Mapping[str, Any]) -> TrialRecord:
 class RunSummary:
     """One model's tuning run: the budget, every trial, trial 0 as written (the config
     exactly as written, `as_written_config`), the best (None when no configuration met the
-    limits), the changed fields, what was written, the precision variants and the search."""
+    limits), the changed fields, what was written, the precision variants and the search.
+    For an ensemble tuned as a pipeline, `pipeline` lists its composing models in step order
+    (`changes` and `written` then cover them all, each field named after its model)."""
 
     model: str
     budget: LatencyBudget
@@ -226,6 +258,7 @@ class RunSummary:
     variants: tuple[VariantResult, ...] = ()
     validation_source: str = ""
     space: tuple[str, ...] = ()
+    pipeline: tuple[PipelineStep, ...] = ()
     schema_version: ClassVar[int] = SCHEMA_VERSION
 
     @property
@@ -269,6 +302,7 @@ class RunSummary:
             "validation_source": self.validation_source,
             "variants": [v.to_json() for v in self.variants],
             "trials": [trial_to_json(t) for t in self.trials],
+            "pipeline": [step.to_json() for step in self.pipeline],
         }
 
     @classmethod
@@ -313,6 +347,7 @@ class RunSummary:
             variants=tuple(VariantResult.from_json(v) for v in data.get("variants") or ()),
             validation_source=str(data.get("validation_source") or ""),
             space=tuple(str(line) for line in data.get("space") or ()),
+            pipeline=tuple(PipelineStep.from_json(step) for step in data.get("pipeline") or ()),
         )
 
 

@@ -4,6 +4,11 @@ repository, candidates loaded through the repository API with a config override.
 The scratch repository holds, per model, links to the real version folders' files plus links
 to the precision variants, so a candidate is a config (which may name a variant through
 `default_model_filename`) and loading it is one repository-API call.
+
+For a pipeline the scratch repository holds the ensemble and each composing model (their
+config.pbtxt copied, so that whatever the server loads on its own is the config as written);
+a trial reloads each composing model with its candidate config, and the ensemble, loaded once,
+calls whatever is loaded at request time.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -38,7 +43,8 @@ class ServerError(TunerError):
 
 
 class TuningServer:
-    """Starts the server on a scratch copy of one model and loads candidate configs."""
+    """Starts the server on a scratch copy of one model (with `composing`: an ensemble and
+    its composing models' folders) and loads candidate configs."""
 
     def __init__(
         self,
@@ -46,35 +52,44 @@ class TuningServer:
         work_dir: Path,
         startup_timeout_s: float = 120.0,
         failure_log: Path | None = None,
+        composing: Sequence[Path] = (),
     ) -> None:
-        self.model_name = model_dir.name
+        self.model_name = model_dir.name  # the model measured (for a pipeline, the ensemble)
         self._source = model_dir
         self._root = Path(tempfile.mkdtemp(prefix="scratch-", dir=work_dir))
         self.repository = self._root / "repository"
-        self._model_dir = self.repository / self.model_name
         self._log_path = self._root / "server.log"
         self._failure_log = failure_log  # where the log is kept when the server does not start
         self._timeout = startup_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self.url = ""  # HTTP host:port
         self._grpc_url = ""
-        self._link_model()
+        self._link_model(self._source, keep_config=bool(composing))
+        for source in composing:
+            self._link_model(source, keep_config=True)
 
-    def _link_model(self) -> None:
+    def _link_model(self, source: Path, *, keep_config: bool) -> None:
         """Version folders of links to the real files (nothing large is copied)."""
-        self._model_dir.mkdir(parents=True)
-        for entry in self._source.iterdir():
+        model_dir = self.repository / source.name
+        model_dir.mkdir(parents=True)
+        for entry in source.iterdir():
             if entry.is_dir() and entry.name.isdigit():
-                target = self._model_dir / entry.name
+                target = model_dir / entry.name
                 target.mkdir()
                 for item in entry.iterdir():
                     (target / item.name).symlink_to(item.resolve())
-            elif entry.is_file() and entry.name != "config.pbtxt":
-                (self._model_dir / entry.name).symlink_to(entry.resolve())
+            elif entry.name == "config.pbtxt":
+                if keep_config and entry.is_file():
+                    shutil.copyfile(entry, model_dir / entry.name)
+            elif entry.is_file():
+                (model_dir / entry.name).symlink_to(entry.resolve())
 
-    def add_variant(self, version: int, filename: str, path: Path) -> None:
-        """Make a precision variant servable as `<version>/<filename>`."""
-        link = self._model_dir / str(version) / filename
+    def add_variant(
+        self, version: int, filename: str, path: Path, model: str | None = None
+    ) -> None:
+        """Make a precision variant of `model` (default: the measured one) servable as
+        `<version>/<filename>`."""
+        link = self.repository / (model or self.model_name) / str(version) / filename
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(path.resolve())
@@ -109,12 +124,13 @@ class TuningServer:
                 raise ServerError(str(exc)) from None
         return self._grpc_url
 
-    def load(self, config: mc.ModelConfig) -> None:
-        """Load (or reload) the model with `config`; ServerError with the server's reason."""
+    def load(self, config: mc.ModelConfig, model: str | None = None) -> None:
+        """Load (or reload) `model` (default: the measured one) with `config`; ServerError
+        with the server's reason."""
         parameters = {"config": json.dumps(config_to_json(config))}
         try:
             BlockingClient(self.url, timeout_s=LOAD_TIMEOUT_S).load_model(
-                self.model_name, parameters
+                model or self.model_name, parameters
             )
         except ClientError as exc:
             if exc.status is None:
@@ -133,9 +149,12 @@ class TuningServer:
 
 @contextlib.contextmanager
 def tuning_server(
-    model_dir: Path, work_dir: Path, failure_log: Path | None = None
+    model_dir: Path,
+    work_dir: Path,
+    failure_log: Path | None = None,
+    composing: Sequence[Path] = (),
 ) -> Iterator[TuningServer]:
-    server = TuningServer(model_dir, work_dir, failure_log=failure_log)
+    server = TuningServer(model_dir, work_dir, failure_log=failure_log, composing=composing)
     try:
         server.start()
         yield server
