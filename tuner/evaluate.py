@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -213,8 +212,7 @@ def step_metrics(m: Measurement) -> dict[str, float]:
     """Each composing model's server-side queue and compute time per request (an ensemble's
     measurement), as "step.<model>.queue_us" and "step.<model>.compute_us"."""
     values: dict[str, float] = {}
-    composing: dict[str, Any] = getattr(m, "composing", {})
-    for model, breakdown in composing.items():
+    for model, breakdown in m.composing.items():
         if not breakdown.available:
             continue
         compute = (

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tuner.report.pipeline import print_pipeline
 from tuner.run_schema import RunSummary
 from tuner.search_types import TrialRecord
 
@@ -37,6 +38,7 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     for label, trial in (("as written", summary.as_written), ("best", summary.best)):
         table.add_row(label, *_row(trial), style="bold" if label == "best" else None)
     console.print(table)
+    print_pipeline(summary, console)
     best, as_written = _throughput(summary.best), _throughput(summary.as_written)
     if best and as_written:
         console.print(f"  best / as written throughput: [bold]{best / as_written:.2f}x")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from common.html_page import Cell, definition_list, note, number, table
+from tuner.report.pipeline import pipeline_html
 from tuner.report.summary import ModelSummary, TrialView
 from tuner.run_schema import VariantResult
 
@@ -32,6 +33,7 @@ def summary_section(summary: ModelSummary) -> str:
             highlight=[1],
         )
     )
+    parts.append(pipeline_html(summary.run, summary.anchor))
     parts.append("<h3>Configuration changes</h3>" + _diff(summary))
     written = summary.written
     if written is not None and written.config:
