@@ -94,7 +94,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     (state_py / "1" / "model.py").write_text(STATE_PY_MODEL)
     (state_py / "config.pbtxt").write_text(STATE_PY_CONFIG)
     (state_py / "initial_state").mkdir()
-    (state_py / "initial_state" / "hundred").write_bytes(np.float32([100]).tobytes())
+    (state_py / "initial_state" / "hundred").write_bytes(
+        np.array([100], dtype=np.float32).tobytes()
+    )
     running = start_server(root, base / "server.log")
     try:
         yield running
