@@ -15,6 +15,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from serve.config.model_config import read_config_file
+from serve.config.validate import validate_config
 from tests.conftest import (
     BUNDLED_REPOSITORY,
     SOURCE_REPOSITORY,
@@ -135,3 +136,25 @@ def test_tests_read_the_committed_configs_even_after_a_tuning_run(tmp_path: Path
 def test_the_tests_copy_is_not_the_project_s_repository() -> None:
     assert BUNDLED_REPOSITORY.resolve() != SOURCE_REPOSITORY.resolve()
     assert not list(BUNDLED_REPOSITORY.glob("*/config.pbtxt.bak"))
+
+
+@pytest.mark.parametrize(
+    ("model", "strategy"), [("accumulator", "direct"), ("stateful_sum", "oldest")]
+)
+def test_committed_stateful_configs_pass_validation(model: str, strategy: str) -> None:
+    path = REPOSITORY / model / "config.pbtxt"
+    config = _parse_config(path)
+    validate_config(config, str(path), model)
+    assert config.WhichOneof("scheduling_choice") == "sequence_batching"
+    assert config.sequence_batching.WhichOneof("strategy_choice") == strategy
+
+
+def test_stateful_sum_adds_its_state(tmp_path: Path) -> None:
+    _load_script().main(["--repository", str(tmp_path), "--models", "accumulator,stateful_sum"])
+    assert (tmp_path / "accumulator" / "1" / "model.py").is_file()
+    session = _session(tmp_path / "stateful_sum" / "1" / "model.onnx")
+    state = np.array([[1.5], [-2.0]], dtype=np.float32)
+    value = np.array([[2.0], [4.0]], dtype=np.float32)
+    output, state_out = session.run(["OUTPUT", "STATE_OUT"], {"INPUT": value, "STATE_IN": state})
+    np.testing.assert_array_equal(output, state + value)
+    np.testing.assert_array_equal(state_out, output)
