@@ -282,6 +282,8 @@ class DataPlane:
             raise ServeError(exc.kind, f"failed to load '{name}': {exc.message}") from None
         await self.repository.load(name, override, files or None)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, *, unload_dependents: bool = False) -> None:
+        """Unload; `unload_dependents` also unloads an ensemble's composing models that no
+        other loaded ensemble uses (Triton's model_repository(unload_dependents))."""
         self.repository.check_control()
-        await self.repository.unload(name)
+        await self.repository.unload(name, unload_dependents=unload_dependents)

@@ -173,8 +173,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: grpc.aio.ServicerContext
     ) -> pb.RepositoryModelUnloadResponse:
-        # unload_dependents is accepted; no model has dependents yet.
-        await self._dataplane.unload_model(request.model_name)
+        dependents = request.parameters.get("unload_dependents")
+        await self._dataplane.unload_model(
+            request.model_name,
+            unload_dependents=dependents is not None and dependents.bool_param,
+        )
         return pb.RepositoryModelUnloadResponse()
 
     # -- shared memory ------------------------------------------------------------------------

@@ -131,8 +131,9 @@ def build_control_plane(dataplane: DataPlane) -> FastAPI:
 
     @app.post("/v2/repository/models/{model}/unload")
     async def unload(model: str, request: Request) -> Response:
-        await _json_body(request)  # unload_dependents is accepted; there are no dependents yet
-        await dataplane.unload_model(model)
+        parameters = (await _json_body(request)).get("parameters") or {}
+        dependents = isinstance(parameters, dict) and parameters.get("unload_dependents") is True
+        await dataplane.unload_model(model, unload_dependents=dependents)
         return Response(status_code=200)
 
     _add_shared_memory_routes(app, dataplane)

@@ -253,7 +253,27 @@ class ModelRepository:
             except ServeError as exc:
                 raise ServeError(exc.kind, f"{where}: {exc.message}") from None
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, *, unload_dependents: bool = False) -> None:
+        """Unload `name`; with `unload_dependents`, an ensemble's composing models too, those
+        no other loaded ensemble still calls."""
+        await self._unload_one(name)
+        record = self._records.get(name)
+        if not unload_dependents or record is None or record.config is None:
+            return
+        if not is_ensemble(record.config):
+            return
+        for model in composing_models(record.config):
+            if not self._used_by_a_loaded_ensemble(model):
+                await self.unload(model, unload_dependents=True)
+
+    def _used_by_a_loaded_ensemble(self, model: str) -> bool:
+        return any(
+            other.versions and other.config is not None and model in composing_models(other.config)
+            for other in self._records.values()
+            if other.config is not None and is_ensemble(other.config)
+        )
+
+    async def _unload_one(self, name: str) -> None:
         record = self._records.get(name)
         if record is None:
             if not (self.path / name).is_dir():

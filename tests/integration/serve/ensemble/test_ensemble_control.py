@@ -116,3 +116,18 @@ def test_a_bad_ensemble_fails_to_load_naming_the_step(server: RunningServer, nam
         assert BAD_REASONS[name] in grpc_failure.value.message()
     # the other models keep serving
     assert _pipeline(http, httpclient, 1).shape == (1, 4)
+
+
+def test_unload_dependents_unloads_the_composing_models(server: RunningServer) -> None:
+    http = httpclient.InferenceServerClient(server.url)
+    http.load_model("diamond")
+    http.load_model("batched")
+    with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
+        grpc.unload_model("diamond", unload_dependents=True)
+        for name in ("diamond", "branch_a", "branch_b", "join"):
+            assert not grpc.is_model_ready(name), name
+    http.unload_model("batched")  # without: its composing model stays
+    assert http.is_model_ready("batched_scale")
+    http.unload_model("pipeline", unload_dependents=True)
+    assert not http.is_model_ready("scale") and not http.is_model_ready("offset")
+    assert http.is_model_ready("batched_scale")  # not one of pipeline's
