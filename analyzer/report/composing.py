@@ -99,6 +99,7 @@ def _model_block(
             continue
         lines.append(f"{ident}{child.name}, version: {versions.get(child.name, child.version)}")
         lines += _model_block(breakdown, child.name, level + 1, models, composing, versions)
+        lines.append("")
     return lines
 
 
