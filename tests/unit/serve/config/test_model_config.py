@@ -60,7 +60,10 @@ def test_parse_error_names_file_and_line() -> None:
             'input [{ name: "z" data_type: TYPE_FP32 dims: [6] reshape { shape: [4] } }]',
             "input 'z'.reshape",
         ),
-        ("sequence_batching {}", "sequence_batching"),
+        (
+            "sequence_batching { direct { minimum_slot_utilization: 2 } }",
+            "sequence_batching.direct.minimum_slot_utilization",
+        ),
         ("instance_group [{ count: -1 }]", "instance_group[0].count"),
         ("dynamic_batching { priority_levels: 2 default_priority_level: 3 }", "default_priority"),
         ('model_warmup [{ name: "w" batch_size: 9 }]', "model_warmup[0].batch_size"),
