@@ -404,13 +404,24 @@ class ModelRepository:
     async def poll_once(self) -> None:
         """Load new models, reload changed ones and unload removed ones."""
         on_disk = {d.name for d in model_directories(self.path)}
+        changed: dict[str, tuple[Any, ...]] = {}
         for name in sorted(on_disk):
             record = self._records.get(name)
             fingerprint = await asyncio.to_thread(_fingerprint, self.path / name)
             if record is None or fingerprint != record.fingerprint:
+                changed[name] = fingerprint
+        for name in sorted(on_disk - set(changed)):  # an ensemble that waited for its models
+            record = self._records.get(name)
+            if record is None or record.versions:
+                continue
+            steps = await asyncio.to_thread(ensemble_steps_on_disk, self.path / name)
+            if steps and any(model in changed for model in steps):
+                changed[name] = record.fingerprint
+        for layer in await self._load_layers(list(changed)):  # ensembles after their models
+            for name in layer:
                 await self._load_quietly(name)
                 if name in self._records:
-                    self._records[name].fingerprint = fingerprint
+                    self._records[name].fingerprint = changed[name]
         for name in sorted(set(self._records) - on_disk):
             await self.unload(name)
             self._records.pop(name, None)
