@@ -71,6 +71,12 @@ def test_a_pipeline_returns_each_steps_result(server: RunningServer, module: Cli
     result = client.infer("pipeline", [_input(module, "INPUT", x)], outputs=only)
     np.testing.assert_allclose(result.as_numpy("OUTPUT"), 2 * x + 1)
     assert result.as_numpy("SCALED") is None
+    # the classification extension on an ensemble output
+    top = [module.InferRequestedOutput("OUTPUT", class_count=2)]
+    x = np.array([[1, 2, 4, 3]], dtype=np.float32)
+    result = client.infer("pipeline", [_input(module, "INPUT", x)], outputs=top)
+    classes = [c.decode().split(":") for c in result.as_numpy("OUTPUT").reshape(-1)]
+    assert [(float(value), index) for value, index in classes] == [(9.0, "2"), (7.0, "3")]
 
 
 @BOTH
