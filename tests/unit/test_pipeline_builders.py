@@ -3,6 +3,7 @@ sentence-transformers, the pooling graph, the tokenizer file, the pipelines' com
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,37 @@ def test_postprocess_labels_are_digits_labels() -> None:
     assert (BUNDLED_REPOSITORY / "digits_postprocess" / "labels.txt").read_text() == (
         BUNDLED_REPOSITORY / "digits" / "labels.txt"
     ).read_text()
+
+
+PIPELINE_MODELS = (
+    "digits_preprocess",
+    "digits_postprocess",
+    "digits_pipeline",
+    "minilm_tokenizer",
+    "minilm_encoder",
+    "minilm_pooling",
+    "text_embedding",
+)
+
+
+def test_build_writes_the_pipelines_then_skips_them(tmp_path: Path) -> None:
+    path = Path(__file__).resolve().parents[2] / "scripts" / "build_model_repository.py"
+    spec = importlib.util.spec_from_file_location("build_model_repository", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    written = script.build_repository(tmp_path, PIPELINE_MODELS)
+    relative = {p.relative_to(tmp_path).as_posix() for p in written}
+    assert {
+        "minilm_tokenizer/1/tokenizer.json",
+        "minilm_encoder/1/model.onnx",
+        "minilm_pooling/1/model.onnx",
+        "minilm_tokenizer/1/model.py",
+        "digits_postprocess/labels.txt",
+        "text_embedding/1/.gitkeep",  # an ensemble's (empty) version folder
+    } <= relative
+    for model in PIPELINE_MODELS:
+        assert (tmp_path / model / "config.pbtxt").read_bytes() == (
+            BUNDLED_REPOSITORY / model / "config.pbtxt"
+        ).read_bytes()
+    assert script.build_repository(tmp_path, PIPELINE_MODELS) == []
