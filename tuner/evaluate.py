@@ -4,7 +4,7 @@ latency percentile stays within the budget, and measure throughput there."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -19,6 +19,7 @@ from analyzer.api import (
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, config_precision
 from tuner.precision import PrecisionVariant
+from tuner.precision.validation import RANDOM_VARIABLE_DIM
 from tuner.search_types import TrialOutcome
 from tuner.server_control import ServerError, TuningServer
 
@@ -41,6 +42,18 @@ class EvaluationSettings:
     unstable_retries: int = 1
     input_data: str = "random"
     protocol: str = "http"  # what the load speaks: http | grpc
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # variable dims' sizes
+
+    def for_model(self, config: mc.ModelConfig) -> EvaluationSettings:
+        """What the load sends to the model of `config`: each variable dim (other than the
+        batch) given the size the accuracy check's random inputs use, as perf_analyzer's
+        --shape would (an ensemble taking images of any size, say)."""
+        shapes = {
+            tensor.name: [RANDOM_VARIABLE_DIM if d < 0 else int(d) for d in tensor.dims]
+            for tensor in config.input
+            if any(d < 0 for d in tensor.dims)
+        }
+        return replace(self, shapes=shapes | self.shapes)
 
 
 class TrialEvaluator:
@@ -112,6 +125,7 @@ def measure_loaded(
         protocol=settings.protocol,
         model=server.model_name,
         input_data=[settings.input_data],
+        shapes=dict(settings.shapes),
         worker_processes=1,
     )
     try:

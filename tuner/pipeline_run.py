@@ -175,9 +175,8 @@ def tune_pipeline(
         failure_log = report_folder / "server-start.log"
         with tuning_server(ensemble_dir, work_dir, failure_log, composing) as server:
             _add_variants(server, steps)
-            evaluator = PipelineEvaluator(
-                ensemble, steps, server, options.budget, options.evaluation
-            )
+            evaluation = options.evaluation.for_model(ensemble)
+            evaluator = PipelineEvaluator(ensemble, steps, server, options.budget, evaluation)
             sizes = " x ".join(f"{s.model_name} {s.size}" for s in space.steps)
             hooks.note(f"{name}: {space.size} candidates in the joint search space ({sizes})")
             settings = replace(settings, time_budget=time_left(time_budget, started))

@@ -178,9 +178,8 @@ def tune_model(
                     filename = variant_filename(path.name, variant.precision)
                     for version in versions:
                         server.add_variant(version, filename, variant.model_path)
-            evaluator = TrialEvaluator(
-                config, server, by_precision, options.budget, options.evaluation
-            )
+            evaluation = options.evaluation.for_model(config)
+            evaluator = TrialEvaluator(config, server, by_precision, options.budget, evaluation)
             hooks.note(f"{model}: {space.size} candidates in the search space")
             # The time budget counts from the start: preparing and starting took some of it.
             settings = replace(settings, time_budget=time_left(time_budget, started))

@@ -22,10 +22,10 @@ from onnxruntime.quantization import (
     quantize_dynamic,
     quantize_static,
 )
-from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from tuner.precision.errors import PrecisionError
+from tuner.precision.preprocess import preprocess_for_quantization
 
 Feed = dict[str, np.ndarray]
 
@@ -44,7 +44,7 @@ class _FeedReader(CalibrationDataReader):
 
 def _preprocess(source: Path, target: Path) -> Path:
     prepared = target.with_name(f"{target.stem}.pre.onnx")
-    quant_pre_process(str(source), str(prepared))
+    preprocess_for_quantization(source, prepared)
     return prepared
 
 
