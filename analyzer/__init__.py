@@ -2,7 +2,8 @@
 
 The public API is importable from here (loaded on first use):
 `measure`, `sweep`, `find_max_load` (and their `*_async` forms), `MeasureSettings`,
-`SweepSpec`, `SearchResult`, `LoadOptions`, `LoadLevel`, `Measurement`, `AnalyzerError`.
+`SweepSpec`, `SearchResult`, `LoadOptions`, `SequenceOptions`, `LoadLevel`, `Measurement`,
+`AnalyzerError`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _EXPORTS = {
     "SweepSpec": "analyzer.profiler.sweep",
     "SearchResult": "analyzer.profiler.search",
     "LoadOptions": "analyzer.load.options",
+    "SequenceOptions": "analyzer.load.sequences",
     "LoadLevel": "analyzer.load.base",
     "Measurement": "analyzer.measurement",
     "ServerBreakdown": "analyzer.measurement",

@@ -11,7 +11,8 @@ are for callers that already have one. Unreachable servers, unknown models and b
 raise `AnalyzerError`.
 
 Also what a caller needs to build their arguments and read the results (`LoadOptions`,
-`LoadLevel`, `MeasureSettings`, `Measurement`, `ModelInfo`, `TensorInfo`), input data files
+`SequenceOptions` (a sequence model's load), `LoadLevel`, `MeasureSettings`, `Measurement`
+(`composing`: an ensemble's per-model breakdown), `ModelInfo`, `TensorInfo`), input data files
 (`read_json_data`, `RANDOM_INT_HIGH`) and the latency breakdown figure of the perf report
 (`LatencyParts`, `breakdown_figure`). Other packages import this module and `analyzer.cli`
 only.
@@ -31,6 +32,7 @@ from analyzer.inputs import RANDOM_INT_HIGH
 from analyzer.load.base import LoadLevel
 from analyzer.load.factory import connect
 from analyzer.load.options import LoadOptions, ModelInfo, TensorInfo
+from analyzer.load.sequences import SequenceOptions
 from analyzer.measurement import Measurement
 from analyzer.profiler.clock import MonotonicClock, epoch_offset_ns
 from analyzer.profiler.level import LevelRun, Probe
@@ -53,6 +55,7 @@ __all__ = [
     "ModelInfo",
     "PerfSession",
     "SearchResult",
+    "SequenceOptions",
     "SweepSpec",
     "TensorInfo",
     "breakdown_figure",
