@@ -13,11 +13,12 @@ import onnxruntime as ort
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import BUNDLED_REPOSITORY
 from tests.integration.model_repository.conftest import PipelineClient
 
 ROOT = Path(__file__).resolve().parents[3]
 OUTPUTS = ("CLASS_IDS", "SCORES", "LABELS")
-LABELS = (ROOT / "model_repository" / "digits" / "labels.txt").read_text().splitlines()
+LABELS = (BUNDLED_REPOSITORY / "digits" / "labels.txt").read_text().splitlines()
 
 
 def _build_script() -> ModuleType:
