@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from tritonclient.grpc import model_config_pb2 as mc
+
 from analyzer.api import Measurement, SearchResult
+from analyzer.measurement import ServerBreakdown
 from tuner.budget import LatencyBudget
 from tuner.duration import Duration
-from tuner.evaluate import trial_outcome
+from tuner.evaluate import EvaluationSettings, trial_outcome
 
 BUDGET = LatencyBudget(95, Duration.from_ms(20))
 
@@ -58,3 +63,31 @@ def test_a_passing_search_is_judged_at_its_operating_point() -> None:
     assert outcome.status == "ok"
     assert outcome.throughput == 1_000.0
     assert judged_by is high
+
+
+def test_an_ensembles_steps_breakdown_becomes_the_trials_step_metrics() -> None:
+    encoder = ServerBreakdown(
+        request_count=10,
+        queue_us=200.0,
+        compute_input_us=10.0,
+        compute_infer_us=900.0,
+        compute_output_us=20.0,
+        available=True,
+    )
+    measured = replace(
+        _measurement(4, 10.0, True, 100.0),
+        composing={"encoder": encoder, "silent": ServerBreakdown()},
+    )
+    result = SearchResult(best=measured, max_level=4, measurements=[measured], reason="done")
+    outcome, _ = trial_outcome(result, BUDGET)
+    assert outcome.metrics["step.encoder.queue_us"] == 200.0
+    assert outcome.metrics["step.encoder.compute_us"] == 930.0
+    assert not any(name.startswith("step.silent.") for name in outcome.metrics)
+
+
+def test_variable_input_dims_get_a_size_for_the_load() -> None:
+    config = mc.ModelConfig(name="pipe", platform="ensemble", max_batch_size=8)
+    config.input.add(name="IMAGE", data_type=mc.TYPE_UINT8, dims=[-1, -1])
+    config.input.add(name="SCALE", data_type=mc.TYPE_FP32, dims=[1])
+    settings = EvaluationSettings().for_model(config)
+    assert settings.shapes == {"IMAGE": [8, 8]}
