@@ -33,6 +33,8 @@ from tuner.report import render_run_report
 from tuner.report.cli import report_command
 from tuner.run import (
     DEFAULT_MAX_BATCH_SIZE_CAP,
+    DEFAULT_PIPELINE_TRIALS,
+    DEFAULT_TRIALS,
     Hooks,
     TuneOptions,
     tune_model,
@@ -78,9 +80,8 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 @click.option(
     "--trials",
     type=click.IntRange(min=1),
-    default=8,
-    show_default=True,
-    help="Trials per model (a resumed study counts its earlier trials).",
+    help=f"Trials per model (default {DEFAULT_TRIALS}; {DEFAULT_PIPELINE_TRIALS} for an "
+    "ensemble's pipeline; a resumed study counts its earlier trials).",
 )
 @click.option(
     "--time-budget",
@@ -159,7 +160,7 @@ def main(
     min_throughput: float | None,
     models: tuple[str, ...],
     model_repository: Path,
-    trials: int,
+    trials: int | None,
     time_budget: Duration | None,
     search: str,
     max_batch_size_cap: int,

@@ -20,11 +20,12 @@ from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, diff, step_candidate, variant_filename
 from tuner.duration import Duration
 from tuner.evaluate import EvaluationSettings, measure_loaded, precision_refusal
-from tuner.pipeline_space import PipelineGridError, PipelineSpace
+from tuner.pipeline_space import PipelineSpace
 from tuner.plan import Target
 from tuner.precision import PrecisionVariant
 from tuner.results import run_summary, variant_result, write_model_report
 from tuner.run import (
+    DEFAULT_PIPELINE_TRIALS,
     Hooks,
     TuneError,
     TuneOptions,
@@ -154,16 +155,13 @@ def tune_pipeline(
     )
     fingerprint = _pipeline_fingerprint(options, ensemble, steps)
     if options.search == "grid":
-        try:
-            space.grid_points()
-        except PipelineGridError as exc:
-            raise TuneError(str(exc)) from None
+        space.grid_points()  # PipelineGridError (one line, exit 1) when too large
     settings = SearchSettings(
         budget=options.budget,
         study_name=study_name(options, name, fingerprint),
         storage=storage_url(options, report_folder),
         mode="grid" if options.search == "grid" else "optuna",
-        n_trials=None if options.search == "grid" else options.trials,
+        n_trials=None if options.search == "grid" else options.trials or DEFAULT_PIPELINE_TRIALS,
         time_budget=time_budget,
         seed=options.seed,
         min_throughput=options.min_throughput,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.candidate import Candidate, ParamValue, join_steps, qualified, step_candidate
+from tuner.errors import TunerError
 from tuner.space import Chooser, SearchSpace, SuggestingTrial
 
 # An exhaustive grid over several models multiplies their sizes: beyond this many points
@@ -24,8 +25,9 @@ from tuner.space import Chooser, SearchSpace, SuggestingTrial
 MAX_GRID_POINTS = 20_000
 
 
-class PipelineGridError(ValueError):
-    """The pipeline's grid is too large to enumerate."""
+class PipelineGridError(TunerError):
+    """The pipeline's grid is too large to enumerate (the run cannot tune it with --search
+    grid: exit 1)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,11 @@ from tuner.writeback import copy_model_dir, write_back
 
 # Model Analyzer's automatic sweep also tries max_batch_size up to 128.
 DEFAULT_MAX_BATCH_SIZE_CAP = 128
+# Trials when --trials is not given. A pipeline's trial loads and measures several models
+# through the ensemble; fewer of them keep the README's run over the bundled repository (two
+# pipelines and three models alone) near ten minutes on 2 cores.
+DEFAULT_TRIALS = 8
+DEFAULT_PIPELINE_TRIALS = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +43,7 @@ class TuneOptions:
     repository: Path
     budget: LatencyBudget
     models: tuple[str, ...] = ()  # empty: every model in the repository
-    trials: int = 6
+    trials: int | None = None  # None: DEFAULT_TRIALS, DEFAULT_PIPELINE_TRIALS for a pipeline
     time_budget: Duration | None = None  # for the whole run, shared by the models
     search: str = "optuna"
     precisions: tuple[str, ...] = ("fp32", "fp16", "int8")
@@ -162,7 +167,7 @@ def tune_model(
         study_name=study_name(options, model, fingerprint),
         storage=storage_url(options, report_folder),
         mode="grid" if options.search == "grid" else "optuna",
-        n_trials=None if options.search == "grid" else options.trials,
+        n_trials=None if options.search == "grid" else options.trials or DEFAULT_TRIALS,
         time_budget=time_budget,
         seed=options.seed,
         min_throughput=options.min_throughput,
