@@ -1,6 +1,6 @@
 """What a tuning run tunes: each ensemble as a pipeline (its composing models searched
 jointly, measured through it), each model no ensemble uses on its own, and what it skips with
-the reason (a model the tuner's load cannot drive, such as a stateful one)."""
+the reason (a stateful model, whose sequence batcher the search space does not cover)."""
 
 from __future__ import annotations
 
@@ -97,8 +97,8 @@ def _target(name: str, configs: dict[str, mc.ModelConfig | None]) -> Target:
 def _model_skip_reason(config: mc.ModelConfig | None) -> str:
     if config is not None and config.HasField("sequence_batching"):
         return (
-            "a stateful model (sequence_batching): the tuner's load sends no sequences, "
-            "so it cannot be measured"
+            "a stateful model (sequence_batching): the tuner does not search the sequence "
+            "batcher's settings (slots, strategy, idle time) yet"
         )
     return ""
 
