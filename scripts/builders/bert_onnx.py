@@ -8,9 +8,9 @@ The graph is the Hugging Face `BertModel` forward pass without the pooler, for o
                 x = LayerNorm(a + Dense(GELU(Dense(a))))
 
 Inputs `input_ids` and `attention_mask` (INT64 [batch, sequence]); output `last_hidden_state`
-(FP32 [batch, sequence, hidden]). Masked keys get the float32 minimum added to their attention
-scores, as transformers does, so a padded position contributes nothing to the unpadded ones:
-padding a text to any length leaves its tokens' states unchanged.
+(FP32 [batch, sequence, hidden]). Masked keys get MASKED_SCORE added to their attention scores,
+so a padded position contributes nothing to the unpadded ones: padding a text to any length
+leaves its tokens' states unchanged.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
 IR_VERSION = 8
+# exp(-10000) is 0 in float32 and float16 alike. transformers adds the float32 minimum instead,
+# which a float16 variant of the graph turns into -inf, and 0 * -inf (unmasked keys) into NaN.
+MASKED_SCORE = -10000.0
 
 
 @dataclass(frozen=True)
@@ -139,12 +142,12 @@ def _layer(g: _Graph, x: str, mask: str, index: int, shape: BertShape) -> str:
 
 
 def _additive_mask(g: _Graph) -> str:
-    """attention_mask [B, S] (1 = token, 0 = padding) -> [B, 1, 1, S]: 0 or float32 min."""
+    """attention_mask [B, S] (1 = token, 0 = padding) -> [B, 1, 1, S]: 0 or MASKED_SCORE."""
     mask = g.op("Cast", ["attention_mask"], "mask.float", to=TensorProto.FLOAT)
     mask = g.op("Unsqueeze", [mask, g.const("mask.axes", np.array([1, 2], np.int64))], "mask.4d")
     inverted = g.op("Sub", ["one", mask], "mask.inverted")
-    minimum = g.const("mask.minimum", np.array(np.finfo(np.float32).min, np.float32))
-    return g.op("Mul", [inverted, minimum], "mask.additive")
+    masked = g.const("mask.score", np.array(MASKED_SCORE, np.float32))
+    return g.op("Mul", [inverted, masked], "mask.additive")
 
 
 def _embeddings(g: _Graph, shape: BertShape) -> str:

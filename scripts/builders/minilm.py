@@ -3,6 +3,9 @@
 - minilm_tokenizer/1/tokenizer.json: the model's tokenizer, truncating at sentence-transformers'
   max_seq_length (sentence_bert_config.json) and padding nothing (the model pads per request);
 - minilm_encoder/1/model.onnx: the BERT encoder (bert_onnx), weights from model.safetensors;
+- minilm_encoder/validation.json: sample sentences tokenized, in perf_analyzer's input-data
+  format: the tuner's accuracy guard and int8 calibration run the encoder on real token ids and
+  masks (random integers make no attention mask);
 - minilm_pooling/1/model.onnx: masked mean pooling over the tokens, then L2 normalization, as
   1_Pooling/config.json and sentence-transformers' Normalize module do.
 """
@@ -108,14 +111,60 @@ def build_tokenizer(
     return [path]
 
 
+# Short and long, plain and odd: the encoder's example data (validation.json).
+SAMPLE_SENTENCES = (
+    "A man is playing a guitar.",
+    "The new movie is awesome!",
+    "The cat sits outside on the warm stone wall.",
+    "How do I reset my password?",
+    "Quarterly revenue grew by 12 percent, beating the analysts' forecasts.",
+    "Ein Hund rennt durch den Park.",
+    "Le chat dort sur le canapé.",
+    "Batch sizes, queue delays and instance counts trade latency for throughput.",
+    "ok",
+    "Please deliver the parcel to the back door between 9am and 5pm.",
+    "She sells sea shells by the sea shore.",
+    "Error 503: the service is temporarily unavailable, try again later.",
+    "What is the capital of Australia?",
+    "Two dogs are fighting over a tennis ball in the garden.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Transformers encode every token with attention over the whole sentence.",
+)
+SAMPLE_LENGTH = 32  # the tokenizer model's shortest padded length
+
+
+def encoder_validation_json(source: Path) -> bytes:
+    """SAMPLE_SENTENCES through the model's tokenizer, each padded to SAMPLE_LENGTH."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(tokenizer_json(source).decode("utf-8"))
+    tokenizer.enable_truncation(SAMPLE_LENGTH)
+    tokenizer.enable_padding(length=SAMPLE_LENGTH)
+    data = []
+    for encoding in tokenizer.encode_batch(list(SAMPLE_SENTENCES)):
+        data.append(
+            {
+                "input_ids": {"content": list(encoding.ids), "shape": [SAMPLE_LENGTH]},
+                "attention_mask": {
+                    "content": list(encoding.attention_mask),
+                    "shape": [SAMPLE_LENGTH],
+                },
+            }
+        )
+    return (json.dumps({"data": data}, separators=(",", ":")) + "\n").encode()
+
+
 def build_encoder(
     model_dir: Path, force: bool, write: Writer, cache: Path = DEFAULT_CACHE
 ) -> list[Path]:
     path = model_dir / "1" / "model.onnx"
-    if path.exists() and not force:
+    examples = model_dir / "validation.json"
+    if path.exists() and examples.exists() and not force:
         return []
-    _save_onnx(encoder_onnx(model_folder(cache)), path, write)
-    return [path]
+    source = model_folder(cache)
+    _save_onnx(encoder_onnx(source), path, write)
+    write(examples, encoder_validation_json(source))
+    return [path, examples]
 
 
 def build_pooling(model_dir: Path, force: bool, write: Writer) -> list[Path]:

@@ -134,6 +134,24 @@ def test_encoder_graph_matches_a_numpy_bert_and_ignores_padding() -> None:
         np.testing.assert_allclose(hidden[row, :n], expected, rtol=0, atol=2e-4)
 
 
+def test_encoder_graph_survives_float16_conversion() -> None:
+    # The tuner's fp16 variant converts every float constant: the additive mask must stay finite,
+    # or 0 * -inf turns the unmasked keys' scores into NaN.
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    rng = np.random.default_rng(11)
+    weights = _tiny_weights(rng)
+    fp32 = bert_encoder_onnx(weights, TINY_CONFIG)
+    fp16 = convert_float_to_float16(fp32, keep_io_types=True)
+    ids = rng.integers(1, TINY_CONFIG["vocab_size"], (2, 6)).astype(np.int64)
+    mask = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], np.int64)
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    (expected,) = _session(fp32).run(["last_hidden_state"], feeds)
+    (hidden,) = _session(fp16).run(["last_hidden_state"], feeds)
+    assert not np.isnan(hidden).any()
+    np.testing.assert_allclose(hidden, expected, rtol=0, atol=0.05)
+
+
 def test_encoder_graph_refuses_what_it_cannot_build() -> None:
     with pytest.raises(ValueError, match="hidden_act"):
         BertShape.from_config({**TINY_CONFIG, "hidden_act": "relu"})
