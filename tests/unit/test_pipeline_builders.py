@@ -135,8 +135,8 @@ def test_encoder_graph_matches_a_numpy_bert_and_ignores_padding() -> None:
 
 
 def test_encoder_graph_survives_float16_conversion() -> None:
-    # The tuner's fp16 variant converts every float constant: the additive mask must stay finite,
-    # or 0 * -inf turns the unmasked keys' scores into NaN.
+    # The tuner's fp16 variant converts every float constant, the additive mask's included: the
+    # padded row must come out finite and close to the float32 graph's.
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     rng = np.random.default_rng(11)
