@@ -34,13 +34,12 @@ from tuner.run import (
     model_space,
     prepare_model_variants,
     remove_tree,
-    storage_url,
-    study_name,
+    search_settings,
     time_left,
 )
 from tuner.run_schema import ConfigChange, PipelineStep, PlatformInfo, RunSummary, WrittenFiles
 from tuner.search import run_search
-from tuner.search_types import SearchSettings, TrialOutcome
+from tuner.search_types import TrialOutcome
 from tuner.server_control import ServerError, TuningServer, tuning_server
 from tuner.space import Platform
 from tuner.writeback import ModelWrite, WriteBack, copy_model_dir, write_back_all
@@ -156,16 +155,8 @@ def tune_pipeline(
     fingerprint = _pipeline_fingerprint(options, ensemble, steps)
     if options.search == "grid":
         space.grid_points()  # PipelineGridError (one line, exit 1) when too large
-    settings = SearchSettings(
-        budget=options.budget,
-        study_name=study_name(options, name, fingerprint),
-        storage=storage_url(options, report_folder),
-        mode="grid" if options.search == "grid" else "optuna",
-        n_trials=None if options.search == "grid" else options.trials or DEFAULT_PIPELINE_TRIALS,
-        time_budget=time_budget,
-        seed=options.seed,
-        min_throughput=options.min_throughput,
-        fingerprint=fingerprint,
+    settings = search_settings(
+        options, name, fingerprint, report_folder, time_budget, DEFAULT_PIPELINE_TRIALS
     )
     work_dir = Path(tempfile.mkdtemp(prefix="autotune-", dir=report_folder))
     try:

@@ -91,6 +91,28 @@ def storage_url(options: TuneOptions, report_folder: Path) -> str:
     return f"sqlite:///{(report_folder / 'study.db').resolve()}"
 
 
+def search_settings(
+    options: TuneOptions,
+    name: str,
+    fingerprint: dict[str, str],
+    report_folder: Path,
+    time_budget: Duration | None,
+    default_trials: int,
+) -> SearchSettings:
+    """The search loop's settings for tuning `name` (a model, or an ensemble's pipeline)."""
+    return SearchSettings(
+        budget=options.budget,
+        study_name=study_name(options, name, fingerprint),
+        storage=storage_url(options, report_folder),
+        mode="grid" if options.search == "grid" else "optuna",
+        n_trials=None if options.search == "grid" else options.trials or default_trials,
+        time_budget=time_budget,
+        seed=options.seed,
+        min_throughput=options.min_throughput,
+        fingerprint=fingerprint,
+    )
+
+
 def fingerprint_of(
     options: TuneOptions, config: mc.ModelConfig, model_path: Path
 ) -> dict[str, str]:
@@ -162,16 +184,8 @@ def tune_model(
     usable = tuple(v.precision for v in variants if v.usable) or ("fp32",)
     space = model_space(options, config, path, platform, usable)
     fingerprint = fingerprint_of(options, config, path)
-    settings = SearchSettings(
-        budget=options.budget,
-        study_name=study_name(options, model, fingerprint),
-        storage=storage_url(options, report_folder),
-        mode="grid" if options.search == "grid" else "optuna",
-        n_trials=None if options.search == "grid" else options.trials or DEFAULT_TRIALS,
-        time_budget=time_budget,
-        seed=options.seed,
-        min_throughput=options.min_throughput,
-        fingerprint=fingerprint,
+    settings = search_settings(
+        options, model, fingerprint, report_folder, time_budget, DEFAULT_TRIALS
     )
     work_dir = Path(tempfile.mkdtemp(prefix="autotune-", dir=report_folder))
     try:

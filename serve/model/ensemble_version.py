@@ -15,7 +15,7 @@ from serve.inference import InferRequest
 from serve.model.classification import Labels, read_labels
 from serve.model.served import ResponseCallback, ServedModel, StreamCallback
 from serve.model.tensors import TensorChecker
-from serve.scheduler.ensemble import EnsembleResult, EnsembleScheduler
+from serve.scheduler.ensemble import EnsembleScheduler
 from serve.scheduler.statistics import ModelStatistics
 
 # (model name, version: "" for the latest) -> the model serving it; raises ServeError.
@@ -69,19 +69,7 @@ class EnsembleVersion:
             wanted = list(checker.outputs)
         else:
             wanted = list(dict.fromkeys(o.name for o in request.requested_outputs))
-
-        def finish(result: EnsembleResult) -> None:
-            if isinstance(result, ServeError):
-                on_done(result)
-                return
-            try:
-                response = checker.make_response(request, result)
-            except ServeError as exc:
-                on_done(exc)
-                return
-            on_done(response)
-
-        self.scheduler.enqueue(request, wanted, finish)
+        self.scheduler.enqueue(request, wanted, checker.responder(request, on_done))
 
     def submit_stream(self, request: InferRequest, on_response: StreamCallback) -> None:
         self.submit(request, lambda result: on_response(result, True))

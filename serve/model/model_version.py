@@ -53,20 +53,7 @@ class ModelVersion:
     def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
         """Validate (raising ServeError) and queue; `on_done` gets the response or an error."""
         self.checker.check_request(request)
-        checker = self.checker
-
-        def finish(result: RequestResult) -> None:
-            if isinstance(result, ServeError):
-                on_done(result)
-                return
-            try:
-                response = checker.make_response(request, result)
-            except ServeError as exc:
-                on_done(exc)
-                return
-            on_done(response)
-
-        self.batcher.enqueue(request, finish)
+        self.batcher.enqueue(request, self.checker.responder(request, on_done))
 
     def submit_stream(self, request: InferRequest, on_response: StreamCallback) -> None:
         """Validate (raising ServeError) and queue a decoupled model's request: `on_response`

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,6 +131,27 @@ class TensorChecker:
                         output.name,
                         model,
                     )
+
+    def responder(
+        self,
+        request: InferRequest,
+        on_done: Callable[[InferResponse | ServeError], None],
+    ) -> Callable[[dict[str, np.ndarray] | ServeError], None]:
+        """A completion for `request`: what the model produced becomes the response `on_done`
+        gets (an error as it is, or the error making the response raised)."""
+
+        def finish(result: dict[str, np.ndarray] | ServeError) -> None:
+            if isinstance(result, ServeError):
+                on_done(result)
+                return
+            try:
+                response = self.make_response(request, result)
+            except ServeError as exc:
+                on_done(exc)
+                return
+            on_done(response)
+
+        return finish
 
     def make_response(
         self, request: InferRequest, produced: dict[str, np.ndarray]

@@ -223,22 +223,7 @@ class DynamicBatcher:
             times.compute_infer_ns,
             times.compute_output_ns,
         )
-        succeeded = 0
-        success_ns = queue_ns = 0
-        for pending, result in zip(batch, results, strict=True):
-            trace = pending.request.trace
-            if trace is not None:
-                trace.compute(pending.enqueue_ns, pending.dispatch_ns, times)
-            if isinstance(result, ServeError):
-                self._stats.record_failure(now - pending.enqueue_ns, FailureReason.BACKEND)
-            else:
-                succeeded += 1
-                success_ns += now - pending.enqueue_ns
-                queue_ns += pending.dispatch_ns - pending.enqueue_ns
-                if pending.request.on_stats is not None:
-                    pending.request.on_stats(pending.dispatch_ns - pending.enqueue_ns, times)
-        if succeeded:
-            self._stats.record_successes(succeeded, success_ns, queue_ns, times)
+        self._stats.record_results(zip(batch, results, strict=True), times, now)
         for pending, result in zip(batch, results, strict=True):
             self._deliver(pending, result)
         self._note_idle()

@@ -23,14 +23,13 @@ from typing import Protocol
 import numpy as np
 
 from serve.backends.base import BatchTimes, RequestResult
-from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
 from serve.scheduler.sequence_request import SequencePending
 from serve.scheduler.sequence_slots import Slot
-from serve.scheduler.statistics import FailureReason, ModelStatistics
+from serve.scheduler.statistics import ModelStatistics
 
 log = logging.getLogger("serve.scheduler")
 
@@ -173,21 +172,7 @@ class DirectLane:
         self._stats.record_execution(
             len(ran), times.compute_input_ns, times.compute_infer_ns, times.compute_output_ns
         )
-        succeeded = success_ns = queue_ns = 0
-        for _slot, pending, result in ran:
-            trace = pending.request.trace
-            if trace is not None:
-                trace.compute(pending.enqueue_ns, pending.dispatch_ns, times)
-            if isinstance(result, ServeError):
-                self._stats.record_failure(now - pending.enqueue_ns, FailureReason.BACKEND)
-            else:
-                succeeded += 1
-                success_ns += now - pending.enqueue_ns
-                queue_ns += pending.dispatch_ns - pending.enqueue_ns
-                if pending.request.on_stats is not None:  # an ensemble step
-                    pending.request.on_stats(pending.dispatch_ns - pending.enqueue_ns, times)
-        if succeeded:
-            self._stats.record_successes(succeeded, success_ns, queue_ns, times)
+        self._stats.record_results(((p, r) for _slot, p, r in ran), times, now)
         for slot, pending, result in ran:
             self._owner.complete(slot, pending, result)
         self._try()

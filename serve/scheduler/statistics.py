@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from protocol.statistics import BATCH_DURATION_FIELDS, DURATION_FIELDS
-from serve.backends.base import BatchTimes
+from serve.backends.base import BatchTimes, RequestResult
+from serve.errors import ServeError
+from serve.inference import InferRequest
 
 
 class FailureReason(enum.Enum):
@@ -20,6 +23,14 @@ class FailureReason(enum.Enum):
     CANCELED = "CANCELED"
     BACKEND = "BACKEND"  # the model's execution failed for it
     OTHER = "OTHER"
+
+
+class TimedRequest(Protocol):
+    """A scheduler's record of a request it ran: when it was queued and dispatched."""
+
+    request: InferRequest
+    enqueue_ns: int
+    dispatch_ns: int
 
 
 @dataclass(slots=True)
@@ -85,6 +96,27 @@ class ModelStatistics:
         self.compute_infer.add(times.compute_infer_ns * count, count)
         self.compute_output.add(times.compute_output_ns * count, count)
         self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_results(
+        self, done: Iterable[tuple[TimedRequest, RequestResult]], times: BatchTimes, now_ns: int
+    ) -> None:
+        """Count each request of one executed batch as a success or a backend failure, with its
+        trace's compute times and, for an ensemble's step, the ensemble's share."""
+        succeeded = success_ns = queue_ns = 0
+        for timed, result in done:
+            request = timed.request
+            if request.trace is not None:
+                request.trace.compute(timed.enqueue_ns, timed.dispatch_ns, times)
+            if isinstance(result, ServeError):
+                self.record_failure(now_ns - timed.enqueue_ns, FailureReason.BACKEND)
+                continue
+            succeeded += 1
+            success_ns += now_ns - timed.enqueue_ns
+            queue_ns += timed.dispatch_ns - timed.enqueue_ns
+            if request.on_stats is not None:
+                request.on_stats(timed.dispatch_ns - timed.enqueue_ns, times)
+        if succeeded:
+            self.record_successes(succeeded, success_ns, queue_ns, times)
 
     def record_failure(self, total_ns: int, reason: FailureReason) -> None:
         self.fail.add(total_ns)
