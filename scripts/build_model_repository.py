@@ -27,12 +27,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import minilm, stateful
+from builders.onnx_model import IR_VERSION, OPSET, make_model
 from common.atomic import write_bytes_atomic
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
-OPSET = 17
-# IR 8 keeps the files loadable by older onnxruntime builds (e.g. the one inside Triton).
-IR_VERSION = 8
 SEED = 20261130
 DIGITS_MIN_ACCURACY = 0.97
 
@@ -74,16 +72,6 @@ def save_onnx(model: onnx.ModelProto, path: Path) -> None:
 
 def wanted(path: Path, force: bool) -> bool:
     return force or not path.exists()
-
-
-def make_model(graph: onnx.GraphProto) -> onnx.ModelProto:
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="autotune-build_model_repository",
-    )
-    model.ir_version = IR_VERSION
-    return model
 
 
 # ---------------------------------------------------------------- simple

@@ -22,8 +22,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-OPSET = 17
-IR_VERSION = 8
+from builders.onnx_model import make_model
+
 # exp(-10000) is 0 in float32 and float16 alike. transformers adds the float32 minimum instead,
 # which a float16 variant of the graph turns into -inf, and 0 * -inf (unmasked keys) into NaN.
 MASKED_SCORE = -10000.0
@@ -201,10 +201,4 @@ def bert_encoder_onnx(weights: dict[str, np.ndarray], config: dict[str, Any]) ->
         ],
         initializer=g.initializers,
     )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="autotune-build_model_repository",
-    )
-    model.ir_version = IR_VERSION
-    return model
+    return make_model(graph)

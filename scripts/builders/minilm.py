@@ -20,8 +20,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from builders.bert_onnx import IR_VERSION, OPSET, bert_encoder_onnx
+from builders.bert_onnx import bert_encoder_onnx
 from builders.minilm_source import DEFAULT_CACHE, model_folder
+from builders.onnx_model import make_model
 
 Writer = Callable[[Path, bytes], None]
 
@@ -87,13 +88,7 @@ def pooling_onnx(hidden_size: int) -> onnx.ModelProto:
         [helper.make_tensor_value_info("EMBEDDING", TensorProto.FLOAT, ["batch", hidden_size])],
         initializer=[one, last, min_count, min_norm],
     )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="autotune-build_model_repository",
-    )
-    model.ir_version = IR_VERSION
-    return model
+    return make_model(graph)
 
 
 def _save_onnx(model: onnx.ModelProto, path: Path, write: Writer) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
+from builders.onnx_model import make_model
+
 Writer = Callable[[Path, bytes], None]
-OPSET = 17
-IR_VERSION = 8  # loadable by older onnxruntime builds (e.g. the one inside Triton)
 
 
 def stateful_sum_onnx() -> onnx.ModelProto:
@@ -32,12 +32,7 @@ def stateful_sum_onnx() -> onnx.ModelProto:
         helper.make_node("Add", ["STATE_IN", "INPUT"], ["OUTPUT"]),
         helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"]),
     ]
-    model = helper.make_model(
-        helper.make_graph(nodes, "stateful_sum", inputs, outputs),
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="autotune-build_model_repository",
-    )
-    model.ir_version = IR_VERSION
+    model = make_model(helper.make_graph(nodes, "stateful_sum", inputs, outputs))
     onnx.checker.check_model(model)
     return model
 
