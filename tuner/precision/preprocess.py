@@ -29,7 +29,7 @@ except Exception:  # incomplete symbolic shapes: onnx's own shape inference stil
 def preprocess_for_quantization(source: Path, target: Path) -> None:
     """Write the pre-processed `source` to `target`; the child runs in `target`'s folder."""
     result = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(source), str(target)],
+        [sys.executable, "-c", _CHILD, str(source.resolve()), str(target.resolve())],
         cwd=target.parent,
         capture_output=True,
         text=True,
