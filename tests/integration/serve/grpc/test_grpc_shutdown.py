@@ -28,7 +28,14 @@ def test_sigterm_answers_calls_in_flight(tmp_path: Path, front_end: str) -> None
     marker = tmp_path / "execute-started"
     model_dir = tmp_path / "repository" / "slow_py"
     (model_dir / "1").mkdir(parents=True)
-    (model_dir / "config.pbtxt").write_text(CONFIG % marker)
+    # Both requests run in one batch, so the marker says both reached the model: the unary call
+    # cannot still be on its way (and be refused as a new call) when the signal arrives.
+    one_batch = (
+        "dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 30000000 }"
+    )
+    (model_dir / "config.pbtxt").write_text(
+        (CONFIG % marker).replace("instance_group", f"{one_batch}\ninstance_group")
+    )
     (model_dir / "1" / "model.py").write_text(MODEL)
     server = start_server(
         tmp_path / "repository", tmp_path / "server.log", "--grpc-front-end", front_end
