@@ -108,7 +108,10 @@ def test_async_request_rate_sweep_matches_server_statistics(server: RunningServe
         [
             str(perf_analyzer_path()),
             *("-m", "simple", "-u", server.url, "-i", "http", "--async"),
-            *("--request-rate-range", "1000:2000:1000", "-p", "1000"),
+            # 2,000/s overloaded this 2-core machine when it ran slow (server latency 7x its
+            # usual): perf_analyzer then lost requests on its connections, which is not what this
+            # test checks (the idle-gap test above guards connection reuse).
+            *("--request-rate-range", "500:1000:500", "-p", "1000"),
             # A noisy 2-core machine: loose stability, more windows before giving up.
             *("-s", "50", "-r", "10"),
         ]
@@ -118,7 +121,7 @@ def test_async_request_rate_sweep_matches_server_statistics(server: RunningServe
     assert not _ERROR.search(output), output
 
     levels = [match.groupdict() for match in _LEVEL.finditer(result.stdout)]
-    assert [int(level["rate"]) for level in levels] == [1000, 2000], output
+    assert [int(level["rate"]) for level in levels] == [500, 1000], output
     for level in levels:
         client, success = int(level["client"]), int(level["success"])
         assert client > 0 and int(level["inferences"]) == success, output
