@@ -16,11 +16,12 @@ request time minus queue, compute and cache).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from analyzer.ensembles import ComposingModel
 from analyzer.measurement import Measurement, ServerBreakdown
-from analyzer.report.csv_report import CsvLayout, format_double
+from analyzer.report.csv_report import CsvLayout, format_double, timing_columns
 
 
 def compute_us(server: ServerBreakdown) -> float:
@@ -109,19 +110,8 @@ def composing_csv_path(csv_path: Path, model: str, version: str) -> Path:
 
 def composing_csv_text(measurements: Sequence[Measurement], model: str, layout: CsvLayout) -> str:
     """One composing model's file, rows in the main file's order (increasing throughput)."""
-    header = [
-        "Concurrency" if layout.concurrency_mode else "Request Rate",
-        "Inferences/Second",
-        "Client Send",
-        "Network+Server Send/Recv",
-        "Server Queue",
-        "Server Compute Input",
-        "Server Compute Infer",
-        "Server Compute Output",
-    ]
-    if layout.cache_columns:
-        header += ["Server Cache Hit", "Server Cache Miss"]
-    header.append("Client Recv")
+    # perf_analyzer's per-model file: the main file's timing columns, server ones always.
+    header = timing_columns(replace(layout, server_stats=True))
     rows = [",".join(header)]
     for m in sorted(measurements, key=lambda m: m.throughput):
         server = m.composing.get(model, ServerBreakdown())

@@ -44,6 +44,17 @@ class CsvLayout:
 
 
 def header(layout: CsvLayout) -> list[str]:
+    columns = timing_columns(layout)
+    columns += [f"p{p} latency" for p in layout.percentiles]
+    if layout.verbose:
+        if layout.percentile is None:
+            columns.append("Avg latency")
+        columns += ["request/response", "response wait"]
+    return columns
+
+
+def timing_columns(layout: CsvLayout) -> list[str]:
+    """The level, the throughput and where the time went, up to and including Client Recv."""
     columns = ["Concurrency" if layout.concurrency_mode else "Request Rate", "Inferences/Second"]
     columns.append("Client Send")
     if layout.server_stats:
@@ -57,11 +68,6 @@ def header(layout: CsvLayout) -> list[str]:
         if layout.cache_columns:
             columns += ["Server Cache Hit", "Server Cache Miss"]
     columns.append("Client Recv")
-    columns += [f"p{p} latency" for p in layout.percentiles]
-    if layout.verbose:
-        if layout.percentile is None:
-            columns.append("Avg latency")
-        columns += ["request/response", "response wait"]
     return columns
 
 
