@@ -20,7 +20,7 @@ from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, config_precision
 from tuner.precision import PrecisionVariant
 from tuner.precision.validation import RANDOM_VARIABLE_DIM
-from tuner.search_types import TrialOutcome
+from tuner.search_types import TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer
 
 # Short windows: a trial measures several load levels, and the tuner must finish in minutes.
@@ -77,7 +77,7 @@ class TrialEvaluator:
     def config_for(self, candidate: Candidate) -> mc.ModelConfig:
         return apply(candidate, self._base)
 
-    def __call__(self, candidate: Candidate) -> TrialOutcome:
+    def __call__(self, candidate: Candidate, context: TrialContext | None = None) -> TrialOutcome:
         """Load `candidate` applied to the base config and measure it. The empty candidate
         loads the base config exactly as written."""
         refused = precision_refusal(candidate, self._base, self._variants)

@@ -39,7 +39,7 @@ from tuner.run import (
 )
 from tuner.run_schema import ConfigChange, PipelineStep, PlatformInfo, RunSummary, WrittenFiles
 from tuner.search import run_search
-from tuner.search_types import TrialOutcome
+from tuner.search_types import TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer, tuning_server
 from tuner.space import Platform
 from tuner.writeback import ModelWrite, WriteBack, copy_model_dir, write_back_all
@@ -96,7 +96,7 @@ class PipelineEvaluator:
             for step in self._steps
         }
 
-    def __call__(self, candidate: Candidate) -> TrialOutcome:
+    def __call__(self, candidate: Candidate, context: TrialContext | None = None) -> TrialOutcome:
         for step in self._steps:
             variants = {v.precision: v for v in step.variants}
             own = step_candidate(candidate, step.model)

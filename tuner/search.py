@@ -35,6 +35,7 @@ from tuner.search_types import (
     ProgressKind,
     SearchResult,
     SearchSettings,
+    TrialContext,
     TrialOutcome,
     TrialRecord,
 )
@@ -46,12 +47,13 @@ __all__ = [
     "ProgressEvent",
     "SearchResult",
     "SearchSettings",
+    "TrialContext",
     "TrialOutcome",
     "TrialRecord",
     "run_search",
 ]
 
-Evaluate = Callable[[Candidate], TrialOutcome]
+Evaluate = Callable[[Candidate, TrialContext], TrialOutcome]
 Progress = Callable[[ProgressEvent], None]
 
 _SEED_STRIDE = 7919  # parallel workers get seeds this far apart
@@ -74,7 +76,7 @@ def run_search(
     empty candidate: TPE learns nothing from it, the budget and the report compare with it).
     Each trial: ask -> a candidate (define-by-run over `space`, TPE with the priors of
     `space.prior_candidates()` enqueued first; in grid mode the next grid point not yet taken)
-    -> `evaluate(candidate)` -> tell. Every trial is told:
+    -> `evaluate(candidate, context)` (a `TrialContext`) -> tell. Every trial is told:
 
     - "ok": COMPLETE with the throughput as value, and the constraints latency (p / limit - 1),
       accuracy (0 or 1) and, with `min_throughput`, throughput set on the trial, so that the
@@ -280,9 +282,11 @@ class _SearchLoop:
         self.repeats = 0
         self._emit("trial_start", records=records, trial_number=trial.number)
         began = self.clock()
-        outcome = self._evaluate(trial, candidate)
+        reporter = _Reporter(trial)
+        context = TrialContext(trial.number, _best_outcome(records), reporter)
+        outcome = self._evaluate(trial, candidate, context)
         self.durations.append(self.clock() - began)
-        if self._tell(trial, outcome):
+        if self._tell(trial, outcome, reported=reporter.reported):
             self.measured += 1
         self._emit("trial_end", trial_number=trial.number)
         return ""
@@ -296,10 +300,10 @@ class _SearchLoop:
                 return candidate
         return self.space.suggest(trial)
 
-    def _evaluate(self, trial: Trial, candidate: Candidate) -> TrialOutcome:
+    def _evaluate(self, trial: Trial, candidate: Candidate, context: TrialContext) -> TrialOutcome:
         try:
             with heartbeat(trial, self.settings.heartbeat_s):
-                outcome = self.evaluate(candidate)
+                outcome = self.evaluate(candidate, context)
         except Exception as exc:
             return TrialOutcome.failed(f"evaluation raised {type(exc).__name__}: {exc}")
         except BaseException:
@@ -316,8 +320,9 @@ class _SearchLoop:
             return TrialOutcome.failed(f"evaluation gave throughput {outcome.throughput}")
         return outcome
 
-    def _tell(self, trial: Trial, outcome: TrialOutcome) -> bool:
-        """Store the outcome and tell it; False when the trial was already finished."""
+    def _tell(self, trial: Trial, outcome: TrialOutcome, *, reported: bool = False) -> bool:
+        """Store the outcome and tell it; False when the trial was already finished. A pruned
+        trial that reported no intermediate value reports its throughput as step 0."""
         try:
             trial.set_user_attr(OUTCOME, outcome.to_json())
             if outcome.status == "failed":
@@ -328,7 +333,7 @@ class _SearchLoop:
             if outcome.status == "ok":
                 self.study.tell(trial, outcome.throughput)
             else:
-                if math.isfinite(outcome.throughput) and outcome.throughput > 0:
+                if not reported and math.isfinite(outcome.throughput) and outcome.throughput > 0:
                     trial.report(outcome.throughput, step=0)
                 self.study.tell(trial, state=TrialState.PRUNED)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -378,6 +383,24 @@ def _measured(records: list[TrialRecord], candidate: Candidate, number: int) -> 
         ):
             return record
     return None
+
+
+def _best_outcome(records: list[TrialRecord]) -> TrialOutcome | None:
+    best = best_of(records)
+    return None if best is None else best.outcome
+
+
+class _Reporter:
+    """A trial's intermediate values go to the study's pruner; True when it says stop."""
+
+    def __init__(self, trial: Trial) -> None:
+        self.trial = trial
+        self.reported = False
+
+    def __call__(self, step: int, throughput: float) -> bool:
+        self.trial.report(throughput, step)
+        self.reported = True
+        return self.trial.should_prune()
 
 
 def _left(seconds: float | None) -> Duration | None:

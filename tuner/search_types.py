@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -70,6 +70,25 @@ class TrialOutcome:
 def _json_float(value: float) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def _never_prune(_step: int, _throughput: float) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class TrialContext:
+    """What the search loop tells the evaluation of one trial.
+
+    `incumbent` is the best feasible outcome of the study so far (None before the first), so
+    that an evaluation can start its load search where that one saturated and stop early when
+    it cannot win. `report(step, throughput)` hands an intermediate value (the throughput
+    measured at load step `step`) to the study's pruner and answers True when the trial should
+    stop now: the evaluation then returns a "pruned" outcome with what it measured."""
+
+    number: int = 0
+    incumbent: TrialOutcome | None = None
+    report: Callable[[int, float], bool] = _never_prune
 
 
 @dataclass(frozen=True, slots=True)

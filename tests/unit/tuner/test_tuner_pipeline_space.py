@@ -16,7 +16,7 @@ from tuner.candidate import Candidate, join_steps, step_candidate
 from tuner.duration import Duration
 from tuner.pipeline_space import PipelineGridError, PipelineSpace
 from tuner.search import run_search
-from tuner.search_types import SearchSettings, TrialOutcome
+from tuner.search_types import SearchSettings, TrialContext, TrialOutcome
 from tuner.space import Platform, SearchSpace, SpaceOptions, build_space, grid
 
 PLATFORM = Platform(cpu_count=2)
@@ -144,7 +144,7 @@ def test_one_study_searches_every_step_jointly() -> None:
     space = _pipeline()
     seen: list[Candidate] = []
 
-    def evaluate(candidate: Candidate) -> TrialOutcome:
+    def evaluate(candidate: Candidate, _context: TrialContext | None = None) -> TrialOutcome:
         seen.append(candidate)
         parts = space.split(candidate)
         instances = sum(int(parts[m].get("instance_count") or 1) for m in parts)  # type: ignore[arg-type]

@@ -24,7 +24,13 @@ from tuner.candidate import Candidate
 from tuner.duration import Duration
 from tuner.search import run_search
 from tuner.search_study import WORKER, fail_stale_trials, open_storage, sqlite_url
-from tuner.search_types import ProgressEvent, SearchError, SearchSettings, TrialOutcome
+from tuner.search_types import (
+    ProgressEvent,
+    SearchError,
+    SearchSettings,
+    TrialContext,
+    TrialOutcome,
+)
 from tuner.space import Platform, SearchSpace, SpaceOptions, build_space, grid
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,7 +52,7 @@ def tiny_space() -> SearchSpace:
     return digits_space(precisions=("fp32",), delays_us=(0,))
 
 
-def fake_measure(candidate: Candidate) -> TrialOutcome:
+def fake_measure(candidate: Candidate, _context: TrialContext | None = None) -> TrialOutcome:
     """A made-up model: batching, instances and int8 raise throughput; batches and the queue
     delay cost latency; fp16 fails the accuracy check; very slow configs are cut short."""
     speed = SPEED[str(candidate["precision"])]
@@ -74,7 +80,7 @@ class Counting:
         self.delay_s = delay_s
         self.lock = threading.Lock()
 
-    def __call__(self, candidate: Candidate) -> TrialOutcome:
+    def __call__(self, candidate: Candidate, _context: TrialContext | None = None) -> TrialOutcome:
         with self.lock:
             self.calls[candidate.key] += 1
         if self.delay_s:
@@ -153,7 +159,7 @@ def slow_digits_space(delays: tuple[int, ...] = (0, 500)) -> SearchSpace:
 class AsWritten(Counting):
     """The fake evaluation, and the config as written measured as a 40 ms one."""
 
-    def __call__(self, candidate: Candidate) -> TrialOutcome:
+    def __call__(self, candidate: Candidate, _context: TrialContext | None = None) -> TrialOutcome:
         if len(candidate) == 0:
             with self.lock:
                 self.calls["as written"] += 1
@@ -199,7 +205,7 @@ def test_grid_mode_measures_the_config_as_written_first() -> None:
 def test_trial_states_follow_the_outcomes(tmp_path: Path) -> None:
     space = tiny_space()
 
-    def evaluate(candidate: Candidate) -> TrialOutcome:
+    def evaluate(candidate: Candidate, _context: TrialContext | None = None) -> TrialOutcome:
         if candidate.get("max_batch_size") == 64:
             return TrialOutcome("pruned", 10.0, 9_000.0, True)
         if candidate["instance_count"] == 2:
@@ -343,7 +349,7 @@ def test_grid_mode_measures_every_candidate_once() -> None:
 def test_time_budget_stops_before_a_trial_that_cannot_finish() -> None:
     now = [0.0]
 
-    def slow(candidate: Candidate) -> TrialOutcome:
+    def slow(candidate: Candidate, _context: TrialContext | None = None) -> TrialOutcome:
         now[0] += 10.0
         return fake_measure(candidate)
 
@@ -369,7 +375,7 @@ def test_progress_reports_each_trial() -> None:
 def test_interrupted_evaluation_is_failed_and_measured_again_on_resume(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path / "study.db")
 
-    def interrupted(candidate: Candidate) -> TrialOutcome:
+    def interrupted(candidate: Candidate, _context: TrialContext | None = None) -> TrialOutcome:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
