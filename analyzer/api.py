@@ -4,6 +4,8 @@
 - `sweep(options, spec, settings)`: perf_analyzer's sweep; the reported measurements.
 - `find_max_load(options, settings, latency_limit_us, ...)`: the highest load whose latency
   percentile stays within a limit (doubling, then binary search at the boundary).
+- `find_max_mixed_load(loads, settings, latency_limit_us, ...)`: the same search over a
+  traffic mix: several models at once, each at its share of a total request rate.
 
 Each opens its own connections to the server (`analyzer.load.factory.connect`), runs the load
 and closes everything. The plain functions run their own event loop; the `*_async` versions
@@ -21,8 +23,8 @@ only.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 from analyzer.aio import run as run_sync
@@ -36,6 +38,13 @@ from analyzer.load.sequences import SequenceOptions
 from analyzer.measurement import Measurement
 from analyzer.profiler.clock import MonotonicClock, epoch_offset_ns
 from analyzer.profiler.level import LevelRun, Probe
+from analyzer.profiler.mixed import (
+    MixedSearchResult,
+    model_settings,
+    search_mixed_load,
+    start_rate,
+    validate_shares,
+)
 from analyzer.profiler.overhead import CpuMeter
 from analyzer.profiler.search import SearchResult, search_max_load
 from analyzer.profiler.session import LevelProfiler
@@ -52,6 +61,8 @@ __all__ = [
     "LoadOptions",
     "MeasureSettings",
     "Measurement",
+    "MixedModelLoad",
+    "MixedSearchResult",
     "ModelInfo",
     "PerfSession",
     "SearchResult",
@@ -61,6 +72,8 @@ __all__ = [
     "breakdown_figure",
     "find_max_load",
     "find_max_load_async",
+    "find_max_mixed_load",
+    "find_max_mixed_load_async",
     "measure",
     "measure_async",
     "open_session",
@@ -241,6 +254,89 @@ def find_max_load(
             mode=mode,
             start=start,
             max_level=max_level,
+            max_binary_steps=max_binary_steps,
+            unstable_retries=unstable_retries,
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MixedModelLoad:
+    """One model of a traffic mix: its load (`options.model` names the model) and its share
+    of the total request rate (any positive number; the shares are normalised to 1)."""
+
+    options: LoadOptions
+    share: float
+
+
+async def find_max_mixed_load_async(
+    loads: Sequence[MixedModelLoad],
+    settings: MeasureSettings | None,
+    latency_limit_us: float,
+    percentile: int = 95,
+    start: int | None = None,
+    max_rate: int = 65_536,
+    max_binary_steps: int = 5,
+    unstable_retries: int = 0,
+) -> MixedSearchResult:
+    """The highest total request rate R at which every model of `loads`, sent R x its share
+    (request-rate mode, all at once), keeps its `percentile` latency within
+    `latency_limit_us`: doubling from `start` (default: where every model gets a few requests
+    per window), then binary search (`analyzer.profiler.mixed`). AnalyzerError for a model
+    given twice or a share that is not > 0."""
+    settings = settings or MeasureSettings()
+    names = [load.options.model for load in loads]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise AnalyzerError(f"model {', '.join(twice)} appears twice in the traffic mix")
+    try:
+        shares = validate_shares({load.options.model: load.share for load in loads})
+    except ValueError as exc:
+        raise AnalyzerError(str(exc)) from None
+    async with AsyncExitStack() as stack:
+        measures = {}
+        for load in loads:
+            model = load.options.model
+            own = model_settings(settings, shares[model], latency_limit_us, percentile)
+            session = await stack.enter_async_context(open_session(load.options, own))
+            measures[model] = _settling(session, unstable_retries)
+        return await search_mixed_load(
+            measures,
+            shares,
+            latency_limit_us=latency_limit_us,
+            percentile=percentile,
+            start=start if start is not None else start_rate(shares, settings),
+            max_rate=max_rate,
+            max_binary_steps=max_binary_steps,
+        )
+
+
+def _settling(session: PerfSession, retries: int) -> Callable[[LoadLevel], Awaitable[LevelRun]]:
+    async def measure(level: LoadLevel) -> LevelRun:
+        return await session.measure_settling(level, retries)
+
+    return measure
+
+
+def find_max_mixed_load(
+    loads: Sequence[MixedModelLoad],
+    settings: MeasureSettings | None,
+    latency_limit_us: float,
+    percentile: int = 95,
+    start: int | None = None,
+    max_rate: int = 65_536,
+    max_binary_steps: int = 5,
+    unstable_retries: int = 0,
+) -> MixedSearchResult:
+    """`find_max_mixed_load_async` on its own event loop."""
+    return run_sync(
+        find_max_mixed_load_async(
+            loads,
+            settings,
+            latency_limit_us,
+            percentile=percentile,
+            start=start,
+            max_rate=max_rate,
             max_binary_steps=max_binary_steps,
             unstable_retries=unstable_retries,
         )
