@@ -4,6 +4,7 @@ the reason (a stateful model, whose sequence batcher the search space does not c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -16,18 +17,20 @@ from tuner.errors import TuneUsageError
 
 ENSEMBLE_PLATFORM = "ensemble"
 
-TargetKind = Literal["model", "pipeline"]
+TargetKind = Literal["model", "pipeline", "mix"]
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One thing to tune: a model alone, or an ensemble's pipeline (`steps`: its composing
-    models in step order). `skip` says why it is not tuned ("" when it is)."""
+    """One thing to tune: a model alone, an ensemble's pipeline (`steps`: its composing
+    models in step order), or a traffic mix (`steps`: the models served together, `shares`:
+    each one's share of the requests). `skip` says why it is not tuned ("" when it is)."""
 
     name: str
     kind: TargetKind
     steps: tuple[str, ...] = ()
     skip: str = ""
+    shares: tuple[float, ...] = ()
 
 
 def is_ensemble(config: mc.ModelConfig) -> bool:
@@ -67,6 +70,25 @@ def plan(repository: Path, models: tuple[str, ...] = ()) -> list[Target]:
         _target(name, configs)
         for name in [*ensembles, *(n for n in on_disk if n not in ensembles and n not in used)]
     ]
+
+
+def plan_mix(repository: Path, shares: Mapping[str, float]) -> Target:
+    """The traffic mix `shares` (model -> share) as one target; TuneUsageError naming the
+    entry that is not in the repository, is an ensemble or is stateful."""
+    models = tuple(shares)
+    plan(repository, models)  # the repository and every model exist
+    for name in models:
+        config = _config_as_written(repository / name)
+        if _is_ensemble(config):
+            raise TuneUsageError(
+                f"--traffic-mix: '{name}' is an ensemble; a traffic mix takes the models it "
+                f"serves (tune the ensemble's pipeline with -m {name})"
+            )
+        reason = _model_skip_reason(config)
+        if reason:
+            raise TuneUsageError(f"--traffic-mix: '{name}' cannot be tuned: {reason}")
+    name = "mix-" + "-".join(models)
+    return Target(name, "mix", models, shares=tuple(shares.values()))
 
 
 def _config_as_written(model_dir: Path) -> mc.ModelConfig | None:
