@@ -29,6 +29,7 @@ from tuner.errors import EXIT_INTERRUPTED, EXIT_NOT_TUNED, EXIT_OK, TunerError, 
 from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
 from tuner.pipeline_run import tune_pipeline
 from tuner.plan import Target, plan
+from tuner.remeasure import DEFAULT_REPEATS, DEFAULT_TOP, RemeasureSettings
 from tuner.report import render_run_report
 from tuner.report.cli import report_command
 from tuner.run import (
@@ -136,6 +137,21 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     show_default=True,
     help="Protocol the measurements' load speaks to the tuning server (perf's -i).",
 )
+@click.option(
+    "--remeasure-top",
+    type=click.IntRange(min=0),
+    default=DEFAULT_TOP,
+    show_default=True,
+    help="Re-measure this many of the best distinct feasible configurations (the config as "
+    "written among them when feasible), interleaved, before writing the winner; 0: off.",
+)
+@click.option(
+    "--remeasure-repeats",
+    type=click.IntRange(min=1),
+    default=DEFAULT_REPEATS,
+    show_default=True,
+    help="Interleaved rounds of the re-measure (windows twice --measurement-interval).",
+)
 @click.option("--storage", help="Optuna storage URL (default: sqlite in the report folder).")
 @click.option("--study-name", help="Study name (default: from the model and the budget).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -169,6 +185,8 @@ def main(
     validation_data: Path | None,
     measurement_interval: int,
     protocol: str,
+    remeasure_top: int,
+    remeasure_repeats: int,
     storage: str | None,
     study_name: str | None,
     seed: int,
@@ -214,6 +232,9 @@ def main(
         evaluation=EvaluationSettings(
             measure=replace(TRIAL_MEASUREMENT, measurement_interval_ms=measurement_interval),
             protocol=protocol,
+        ),
+        remeasure=RemeasureSettings.for_trial_interval(
+            remeasure_top, remeasure_repeats, measurement_interval
         ),
     )
     sys.exit(run_tuning(options))

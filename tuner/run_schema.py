@@ -6,7 +6,8 @@ console all use.
 back. Version 2 added `schema_version` and the budget as numbers (`{"percentile": 95,
 "limit_us": 20000.0}`); version 1 summaries (no `schema_version`, the budget as text such as
 "p95 <= 20 ms", trial 0 possibly named `default`) are still read. A newer or unknown version
-is refused with a `ReportError` naming the file.
+is refused with a `ReportError` naming the file. `remeasure` (the top candidates measured
+again before the write, tuner/remeasure_result.py) is optional: files without it still read.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
 from tuner.duration import Duration
 from tuner.errors import EXIT_NO_FEASIBLE, EXIT_NOT_TUNED, EXIT_OK, ReportError
+from tuner.remeasure_result import RemeasureResult
 from tuner.search_types import TrialOutcome, TrialRecord
 
 SCHEMA_VERSION = 2
@@ -259,6 +261,9 @@ class RunSummary:
     validation_source: str = ""
     space: tuple[str, ...] = ()
     pipeline: tuple[PipelineStep, ...] = ()
+    # The top candidates re-measured before the write: `best` is then its winner (None when
+    # none held the budget) and the best's and the as-written's figures its medians.
+    remeasure: RemeasureResult | None = None
     schema_version: ClassVar[int] = SCHEMA_VERSION
 
     @property
@@ -303,6 +308,7 @@ class RunSummary:
             "variants": [v.to_json() for v in self.variants],
             "trials": [trial_to_json(t) for t in self.trials],
             "pipeline": [step.to_json() for step in self.pipeline],
+            "remeasure": None if self.remeasure is None else self.remeasure.to_json(),
         }
 
     @classmethod
@@ -331,6 +337,7 @@ class RunSummary:
 
         budget = data["budget"]
         written = data.get("written") or {}
+        remeasure = data.get("remeasure")
         return cls(
             model=str(data["model"]),
             budget=LatencyBudget(int(budget["percentile"]), Duration(float(budget["limit_us"]))),
@@ -348,6 +355,7 @@ class RunSummary:
             validation_source=str(data.get("validation_source") or ""),
             space=tuple(str(line) for line in data.get("space") or ()),
             pipeline=tuple(PipelineStep.from_json(step) for step in data.get("pipeline") or ()),
+            remeasure=RemeasureResult.from_json(remeasure) if remeasure else None,
         )
 
 

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.report.pipeline import print_pipeline
+from tuner.report.remeasure import latency_text, print_remeasure, throughput_text
 from tuner.run_schema import RunSummary
 from tuner.search_types import TrialRecord
 
@@ -36,8 +37,9 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     for column in COLUMNS:
         table.add_column(column, justify="left" if column == "config" else "right")
     for label, trial in (("as written", summary.as_written), ("best", summary.best)):
-        table.add_row(label, *_row(trial), style="bold" if label == "best" else None)
+        table.add_row(label, *_row(summary, trial), style="bold" if label == "best" else None)
     console.print(table)
+    print_remeasure(summary, console)
     print_pipeline(summary, console)
     best, as_written = _throughput(summary.best), _throughput(summary.as_written)
     if best and as_written:
@@ -74,8 +76,10 @@ def _print_ending(summary: RunSummary, console: Console) -> None:
             if outcome is not None and outcome.latency_us
             else "nothing measurable"
         )
+        held = " (the search found some; none held it re-measured)"
         console.print(
-            f"no configuration of '{summary.model}' meets {budget}: the lowest latency reached "
+            f"no configuration of '{summary.model}' meets {budget}"
+            f"{held if summary.remeasure is not None else ''}: the lowest latency reached "
             f"was {reached}; nothing was written",
             style="red",
             markup=False,
@@ -90,13 +94,21 @@ def _throughput(trial: TrialRecord | None) -> float | None:
     return trial.outcome.throughput if trial is not None and trial.outcome is not None else None
 
 
-def _row(trial: TrialRecord | None) -> list[str]:
+def _row(summary: RunSummary, trial: TrialRecord | None) -> list[str]:
+    """The trial's figures; a re-measured one's throughput and budget percentile with their
+    range over the repeats."""
     if trial is None or trial.outcome is None:
         return ["-"] * len(COLUMNS)
     metrics = trial.outcome.metrics
+    budget_key = f"p{summary.budget.percentile}_us"
     return [
-        f"{trial.outcome.throughput:,.1f}",
-        *(_ms(metrics.get(k)) for k in ("p50_us", "p95_us", "p99_us")),
+        throughput_text(summary, trial.number, trial.outcome.throughput),
+        *(
+            latency_text(summary, trial.number, metrics.get(k))
+            if k == budget_key
+            else _ms(metrics.get(k))
+            for k in ("p50_us", "p95_us", "p99_us")
+        ),
         f"{metrics.get('concurrency', 0):.0f}",
         str(trial.number),
         escape(trial.label),

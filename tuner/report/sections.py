@@ -7,6 +7,7 @@ import html
 
 from common.html_page import Cell, definition_list, note, number, table
 from tuner.report.pipeline import pipeline_html
+from tuner.report.remeasure import latency_text, remeasure_html, throughput_text
 from tuner.report.summary import ModelSummary, TrialView
 from tuner.run_schema import VariantResult
 
@@ -27,12 +28,13 @@ def summary_section(summary: ModelSummary) -> str:
         table(
             ["", "Infer/s", "p50 ms", "p95 ms", "p99 ms", "Concurrency", "Trial", "Config"],
             [
-                _compare_row(label, t)
+                _compare_row(summary, label, t)
                 for label, t in (("as written", summary.as_written), ("best", summary.best))
             ],
             highlight=[1],
         )
     )
+    parts.append(remeasure_html(summary.run, summary.anchor))
     parts.append(pipeline_html(summary.run, summary.anchor))
     parts.append("<h3>Configuration changes</h3>" + _diff(summary))
     written = summary.written
@@ -59,10 +61,16 @@ def _verdict(summary: ModelSummary) -> str:
         return (
             f'<span class="bad">No configuration meets {html.escape(summary.budget)}</span>: '
             f"{html.escape(reached)}; nothing was written."
+            + (
+                " The search found some, but none held the budget re-measured."
+                if summary.run.remeasure is not None
+                else ""
+            )
         )
+    remeasured = " (re-measured medians)" if summary.run.remeasure is not None else ""
     text = (
         f'<span class="ok">Best: {best.throughput:,.1f} infer/s</span> at '
-        f"p{summary.percentile} {_ms(best.latency_us)} (trial {best.number})"
+        f"p{summary.percentile} {_ms(best.latency_us)} (trial {best.number}){remeasured}"
     )
     if as_written is not None and as_written.throughput:
         ratio = best.throughput / as_written.throughput
@@ -77,13 +85,22 @@ def _ms(value_us: float | None) -> str:
     return "-" if value_us is None else f"{value_us / 1000:.2f} ms"
 
 
-def _compare_row(label: str, trial: TrialView | None) -> list[Cell | str]:
+def _compare_row(summary: ModelSummary, label: str, trial: TrialView | None) -> list[Cell | str]:
+    """The trial's figures; a re-measured one's throughput and budget percentile with their
+    range over the repeats."""
     if trial is None:
         return [label, *(["-"] * 6), "not measured"]
+    run, budget_key = summary.run, f"p{summary.percentile}_us"
+    throughput = trial.throughput or 0.0
     return [
         label,
-        number(trial.throughput),
-        *(number(trial.metric(k), 2, 1000) for k in ("p50_us", "p95_us", "p99_us")),
+        Cell(throughput_text(run, trial.number, throughput), throughput, numeric=True),
+        *(
+            Cell(latency_text(run, trial.number, trial.metric(k)), trial.metric(k), numeric=True)
+            if k == budget_key
+            else number(trial.metric(k), 2, 1000)
+            for k in ("p50_us", "p95_us", "p99_us")
+        ),
         number(trial.metric("concurrency"), 0),
         number(trial.number, 0),
         Cell(trial.label),

@@ -1,0 +1,158 @@
+"""What re-measuring the search's top candidates found (part of the run schema: summary.json's
+`remeasure` key): each candidate's figure per repeat, its median and spread, whether it held
+the budget, and which one won."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.search_types import trial_label
+
+# The rule, in words, for the reports and summary.json.
+WINNER_RULE = (
+    "the best median throughput among the candidates whose median latency percentile over "
+    "the repeats stays within the budget; a candidate over it, or one that failed to load or "
+    "measure, is dropped and the next one taken"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """The median and the range of a figure over the repeats."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread | None:
+        finite = [v for v in values if math.isfinite(v)]
+        if not finite:
+            return None
+        return cls(statistics.median(finite), min(finite), max(finite))
+
+    def describe(self, scale: float = 1.0, digits: int = 1) -> str:
+        """E.g. '1,234.5 [1,200.1-1,260.3]' (values divided by `scale`)."""
+        median, low, high = (v / scale for v in (self.median, self.low, self.high))
+        return f"{median:,.{digits}f} [{low:,.{digits}f}-{high:,.{digits}f}]"
+
+
+@dataclass(frozen=True, slots=True)
+class RemeasuredCandidate:
+    """One of the top candidates measured again: the trial it came from, the load it was
+    measured at (the search's operating point), and per repeat its throughput (infer/s), its
+    latency at the budget's percentile and whether the repeat's windows settled. `held` is
+    whether it met the budget re-measured; `message` says why not (or why it was dropped)."""
+
+    trial: int
+    key: str
+    as_written: bool
+    concurrency: int
+    search_throughput: float
+    search_latency_us: float | None
+    throughputs: tuple[float, ...] = ()
+    latencies_us: tuple[float, ...] = ()
+    stable: tuple[bool, ...] = ()
+    held: bool = False
+    message: str = ""
+
+    @property
+    def label(self) -> str:
+        return trial_label(self.key, self.as_written)
+
+    @property
+    def throughput(self) -> Spread | None:
+        return Spread.of(self.throughputs)
+
+    @property
+    def latency(self) -> Spread | None:
+        return Spread.of(self.latencies_us)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial,
+            "key": self.key,
+            "as_written": self.as_written,
+            "concurrency": self.concurrency,
+            "search_throughput": self.search_throughput,
+            "search_latency_us": self.search_latency_us,
+            "throughputs": list(self.throughputs),
+            "latencies_us": list(self.latencies_us),
+            "stable": list(self.stable),
+            "held": self.held,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RemeasuredCandidate:
+        latency = data.get("search_latency_us")
+        return cls(
+            trial=int(data["trial"]),
+            key=str(data.get("key") or ""),
+            as_written=bool(data.get("as_written")),
+            concurrency=int(data["concurrency"]),
+            search_throughput=float(data.get("search_throughput") or 0.0),
+            search_latency_us=None if latency is None else float(latency),
+            throughputs=tuple(float(v) for v in data.get("throughputs") or ()),
+            latencies_us=tuple(float(v) for v in data.get("latencies_us") or ()),
+            stable=tuple(bool(v) for v in data.get("stable") or ()),
+            held=bool(data.get("held")),
+            message=str(data.get("message") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RemeasureResult:
+    """The re-measure of a run: the candidates in the order they were measured in each round,
+    the rounds done (of `repeats` asked: the time budget may cut them short), the windows
+    used, the winner's trial number (None when no candidate held the budget) and the trial
+    the search had found best."""
+
+    repeats: int
+    rounds: int
+    windows: str
+    candidates: tuple[RemeasuredCandidate, ...]
+    winner: int | None
+    search_best: int | None
+    rule: str = WINNER_RULE
+    note: str = ""  # how the rounds ended when fewer than asked
+
+    def candidate(self, trial: int | None) -> RemeasuredCandidate | None:
+        return next((c for c in self.candidates if c.trial == trial), None)
+
+    @property
+    def changed_winner(self) -> bool:
+        """The re-measure chose another configuration than the search's best."""
+        return self.winner is not None and self.winner != self.search_best
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "repeats": self.repeats,
+            "rounds": self.rounds,
+            "windows": self.windows,
+            "rule": self.rule,
+            "winner": self.winner,
+            "search_best": self.search_best,
+            "note": self.note,
+            "candidates": [c.to_json() for c in self.candidates],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RemeasureResult:
+        winner, best = data.get("winner"), data.get("search_best")
+        return cls(
+            repeats=int(data["repeats"]),
+            rounds=int(data.get("rounds") or 0),
+            windows=str(data.get("windows") or ""),
+            candidates=tuple(
+                RemeasuredCandidate.from_json(c) for c in data.get("candidates") or ()
+            ),
+            winner=None if winner is None else int(winner),
+            search_best=None if best is None else int(best),
+            rule=str(data.get("rule") or WINNER_RULE),
+            note=str(data.get("note") or ""),
+        )
