@@ -23,6 +23,7 @@ from tuner.evaluate import EvaluationSettings, measure_loaded, precision_refusal
 from tuner.pipeline_space import PipelineSpace
 from tuner.plan import Target
 from tuner.precision import PrecisionVariant
+from tuner.remeasure import server_measurer, with_remeasure
 from tuner.results import run_summary, variant_result, write_model_report
 from tuner.run import (
     DEFAULT_PIPELINE_TRIALS,
@@ -33,9 +34,10 @@ from tuner.run import (
     fingerprint_of,
     model_space,
     prepare_model_variants,
+    remeasure_search,
     remove_tree,
     search_settings,
-    time_left,
+    search_time_left,
 )
 from tuner.run_schema import ConfigChange, PipelineStep, PlatformInfo, RunSummary, WrittenFiles
 from tuner.search import run_search
@@ -96,13 +98,9 @@ class PipelineEvaluator:
             for step in self._steps
         }
 
-    def __call__(self, candidate: Candidate, context: TrialContext | None = None) -> TrialOutcome:
-        for step in self._steps:
-            variants = {v.precision: v for v in step.variants}
-            own = step_candidate(candidate, step.model)
-            refused = precision_refusal(own, step.base, variants)
-            if refused is not None:
-                return replace(refused, message=f"{step.model}: {refused.message}")
+    def load(self, candidate: Candidate) -> None:
+        """Load each composing model whose config under `candidate` differs from what is
+        loaded, then the ensemble (once); ServerError naming the model refused."""
         for model, config in self.configs_for(candidate).items():
             if self._loaded.get(model) == config:
                 continue
@@ -110,14 +108,26 @@ class PipelineEvaluator:
             try:
                 self._server.load(config, model)
             except ServerError as exc:
-                return TrialOutcome.failed(f"the server refused {model}'s config: {exc}")
+                raise ServerError(f"the server refused {model}'s config: {exc}") from None
             self._loaded[model] = config
         if not self._ensemble_loaded:
             try:
                 self._server.load(self._ensemble)
             except ServerError as exc:
-                return TrialOutcome.failed(f"the server refused the ensemble: {exc}")
+                raise ServerError(f"the server refused the ensemble: {exc}") from None
             self._ensemble_loaded = True
+
+    def __call__(self, candidate: Candidate, context: TrialContext | None = None) -> TrialOutcome:
+        for step in self._steps:
+            variants = {v.precision: v for v in step.variants}
+            own = step_candidate(candidate, step.model)
+            refused = precision_refusal(own, step.base, variants)
+            if refused is not None:
+                return replace(refused, message=f"{step.model}: {refused.message}")
+        try:
+            self.load(candidate)
+        except ServerError as exc:
+            return TrialOutcome.failed(str(exc))
         outcome, self.last_measurement = measure_loaded(self._server, self._budget, self._settings)
         return outcome
 
@@ -168,8 +178,15 @@ def tune_pipeline(
             evaluator = PipelineEvaluator(ensemble, steps, server, options.budget, evaluation)
             sizes = " x ".join(f"{s.model_name} {s.size}" for s in space.steps)
             hooks.note(f"{name}: {space.size} candidates in the joint search space ({sizes})")
-            settings = replace(settings, time_budget=time_left(time_budget, started))
+            settings = replace(
+                settings, time_budget=search_time_left(options, time_budget, started)
+            )
             result = run_search(space, evaluator, settings, lambda e: hooks.progress(name, e))
+            # Through the ensemble, as the trials: the budget is end to end.
+            measure = server_measurer(server, evaluation, options.remeasure)
+            remeasured = remeasure_search(
+                options, name, result, evaluator.load, measure, time_budget, started, hooks
+            )
     finally:
         remove_tree(work_dir)
     summary = run_summary(
@@ -193,7 +210,8 @@ def tune_pipeline(
             if s.opened.backend == "onnxruntime"
         ),
     )
-    best = result.best.candidate if result.best is not None else None
+    summary = with_remeasure(summary, remeasured)
+    best = summary.best.candidate if summary.best is not None else None
     if best is not None:
         summary = _with_best(options, summary, steps, best, ensemble_dir)
     else:

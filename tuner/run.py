@@ -15,16 +15,26 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.api import CONFIG_FILENAME, config_to_text, open_model_directory
 from tuner.budget import LatencyBudget
-from tuner.candidate import PRECISION, apply, diff, variant_filename
+from tuner.candidate import PRECISION, Candidate, apply, diff, variant_filename
 from tuner.duration import Duration
 from tuner.errors import TunerError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
 from tuner.model_batch import accepted_batch_size
 from tuner.precision import DEFAULT_CACHE_DIR, PrecisionVariant, prepare_variants
+from tuner.remeasure import (
+    Loader,
+    Measurer,
+    Remeasured,
+    RemeasureSettings,
+    pick_top,
+    remeasure,
+    server_measurer,
+    with_remeasure,
+)
 from tuner.results import run_summary, write_model_report
 from tuner.run_schema import ConfigChange, PlatformInfo, RunSummary, WrittenFiles
 from tuner.search import run_search
-from tuner.search_types import ProgressEvent, SearchSettings
+from tuner.search_types import ProgressEvent, SearchResult, SearchSettings
 from tuner.server_control import tuning_server
 from tuner.space import Platform, SearchSpace, SpaceOptions, build_space
 from tuner.writeback import copy_model_dir, write_back
@@ -60,6 +70,8 @@ class TuneOptions:
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     max_batch_size_cap: int = DEFAULT_MAX_BATCH_SIZE_CAP  # the largest max_batch_size tried
     space: SpaceOptions = field(default_factory=SpaceOptions)  # narrows the search space
+    # The top candidates measured again before the write (top 0: not at all).
+    remeasure: RemeasureSettings = field(default_factory=RemeasureSettings)
 
 
 @dataclass(slots=True)
@@ -201,8 +213,18 @@ def tune_model(
             evaluator = TrialEvaluator(config, server, by_precision, options.budget, evaluation)
             hooks.note(f"{model}: {space.size} candidates in the search space")
             # The time budget counts from the start: preparing and starting took some of it.
-            settings = replace(settings, time_budget=time_left(time_budget, started))
+            settings = replace(
+                settings, time_budget=search_time_left(options, time_budget, started)
+            )
             result = run_search(space, evaluator, settings, lambda e: hooks.progress(model, e))
+
+            def load(candidate: Candidate) -> None:
+                server.load(evaluator.config_for(candidate))
+
+            measure = server_measurer(server, evaluation, options.remeasure)
+            remeasured = remeasure_search(
+                options, model, result, load, measure, time_budget, started, hooks
+            )
     finally:
         remove_tree(work_dir)
     summary = run_summary(
@@ -215,8 +237,10 @@ def tune_model(
         validation_source=next((v.accuracy.source for v in variants if v.accuracy), ""),
         space=space.describe(),
     )
-    if result.best is not None and result.best.candidate is not None:
-        tuned = apply(result.best.candidate, config)
+    summary = with_remeasure(summary, remeasured)
+    if summary.best is not None and summary.best.candidate is not None:
+        best = summary.best.candidate
+        tuned = apply(best, config)
         summary = replace(
             summary, changes=tuple(ConfigChange(*change) for change in diff(config, tuned))
         )
@@ -224,7 +248,7 @@ def tune_model(
         # is still made for --output-repository).
         unchanged = tuned == config and options.output_repository is None
         if not options.dry_run and not unchanged:
-            precision = str(result.best.candidate.get(PRECISION, "fp32"))
+            precision = str(best.get(PRECISION, "fp32"))
             chosen = by_precision[precision] if precision != "fp32" else None
             target_dir = model_dir
             if options.output_repository is not None:
@@ -244,6 +268,62 @@ def tune_model(
             summary = replace(summary, written=files)
     write_model_report(summary, report_folder)
     return summary
+
+
+def search_time_left(
+    options: TuneOptions, budget: Duration | None, started: float
+) -> Duration | None:
+    """What the search may take of `budget`: what is left, less the time the re-measure
+    after it needs (about its estimate, at most a third of what is left)."""
+    left = time_left(budget, started)
+    if left is None or options.remeasure.top == 0:
+        return left
+    reserve = min(options.remeasure.reserve_s(), left.s / 3)
+    return Duration.from_s(max(left.s - reserve, 1e-3))
+
+
+def remeasure_search(
+    options: TuneOptions,
+    name: str,
+    result: SearchResult,
+    load: Loader,
+    measure: Measurer,
+    budget: Duration | None,
+    started: float,
+    hooks: Hooks,
+) -> Remeasured | None:
+    """The search's top candidates measured again on the tuning server (tuner/remeasure.py),
+    within what is left of `budget`; None when the re-measure is off or nothing is feasible."""
+    settings = options.remeasure
+    picked = pick_top(result.trials, settings.top)
+    if not picked:
+        return None
+    trials = ", ".join(str(t.number) for t in picked)
+    hooks.note(
+        f"{name}: re-measuring trials {trials} ({settings.repeats} interleaved round(s), "
+        f"each at its own load; {settings.windows})"
+    )
+    remeasured = remeasure(
+        picked,
+        load,
+        measure,
+        options.budget,
+        settings,
+        search_best=result.best.number if result.best is not None else None,
+        min_throughput=options.min_throughput,
+        deadline=None if budget is None else started + budget.s,
+    )
+    outcome = remeasured.result
+    winner = outcome.candidate(outcome.winner)
+    if winner is None or winner.throughput is None:
+        hooks.note(f"{name}: no re-measured candidate held {options.budget.describe()}")
+    else:
+        changed = f" (the search's best was trial {outcome.search_best})"
+        hooks.note(
+            f"{name}: re-measure winner: trial {winner.trial}, "
+            f"{winner.throughput.describe()} infer/s" + (changed if outcome.changed_winner else "")
+        )
+    return remeasured
 
 
 def prepare_model_variants(
