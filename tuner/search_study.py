@@ -26,7 +26,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from tuner.candidate import Candidate
 from tuner.search_types import SearchError, SearchSettings, TrialOutcome, TrialRecord
@@ -39,6 +39,7 @@ AS_WRITTEN = "as_written"
 _OBJECTIVE = "objective"
 _WORKER_PREFIX = "worker:"
 _SQLITE_TIMEOUT_S = 60
+_CONNECT_TIMEOUT_S = 10
 
 
 def sqlite_url(path: Path) -> str:
@@ -47,31 +48,67 @@ def sqlite_url(path: Path) -> str:
 
 
 def open_storage(url: str | None) -> optuna.storages.BaseStorage | None:
-    """An RDB storage for `url` (None: in memory).
+    """An RDB storage for `url` (None: in memory); SearchError naming the URL (its password
+    hidden) when it cannot be opened, or the extra to install when its driver is missing.
 
     A SQLite file gets its folder created, a generous lock timeout (several workers may write
     to one file) and write-ahead logging with synchronous=NORMAL: each of Optuna's many small
     commits then costs no fsync, and a killed process still leaves a consistent database (only
-    a power cut may lose the last commits)."""
+    a power cut may lose the last commits). A server (PostgreSQL) gets its pooled connections
+    checked before use: a long run outlives a server restart or an idle timeout."""
     if url is None:
         return None
+    shown = printable_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise SearchError(f"study storage {shown} is not a storage URL: {exc}") from None
     engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        database = make_url(url).database
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
             engine_kwargs["creator"] = functools.partial(_connect_sqlite, database)
         else:
             engine_kwargs["connect_args"] = {"timeout": _SQLITE_TIMEOUT_S}
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+        if parsed.get_backend_name() == "postgresql":
+            engine_kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
     for attempt in range(5):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except ImportError as exc:
+            raise SearchError(_missing_driver(url, exc)) from None
+        except ArgumentError as exc:  # no such kind of database
+            raise SearchError(f"study storage {shown} is not a usable storage URL: {exc}") from None
         except SQLAlchemyError as exc:
-            # Two workers creating the tables of a new file at once: one of them loses.
+            # Two workers creating the tables of a new study storage at once: one of them loses.
             if attempt == 4:
-                raise SearchError(f"cannot open study storage {url}: {exc}") from exc
+                reason = str(exc).split("\n(Background on this error")[0]
+                raise SearchError(f"cannot open study storage {shown}: {reason}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def printable_url(url: str) -> str:
+    """The storage URL as it may be shown: its password, if any, masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url if "@" not in url else "(an unparsable storage URL)"
+
+
+def _missing_driver(url: str, exc: ImportError) -> str:
+    shown = printable_url(url)
+    cause = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc
+    module = cause.name or "its database driver"
+    if make_url(url).get_backend_name() == "postgresql" and module == "psycopg":
+        return (
+            f"study storage {shown} needs PostgreSQL's driver psycopg, which is not installed: "
+            "pip install 'autotune[postgres]'"
+        )
+    return f"study storage {shown} needs the Python module {module}, which is not installed"
 
 
 def _connect_sqlite(database: str) -> sqlite3.Connection:
@@ -85,7 +122,7 @@ def open_study(settings: SearchSettings, sampler: optuna.samplers.BaseSampler) -
     """Create the study, or load it (resume) when `load_if_exists`; SearchError when it exists
     and may not be resumed, or was made for another objective."""
     storage = open_storage(settings.storage)
-    where = settings.storage or "memory"
+    where = printable_url(settings.storage) if settings.storage else "memory"
     try:
         study = optuna.create_study(
             storage=storage,
