@@ -1,0 +1,230 @@
+"""Re-measuring the top candidates: which are picked, how they are interleaved, and the rule
+that picks the winner (the best median throughput whose median percentile is in budget)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from analyzer.api import Measurement
+from tuner.budget import LatencyBudget
+from tuner.candidate import Candidate
+from tuner.duration import Duration
+from tuner.remeasure import (
+    RemeasureSettings,
+    choose_winner,
+    judge,
+    pick_top,
+    remeasure,
+    with_remeasure,
+)
+from tuner.remeasure_result import RemeasuredCandidate, RemeasureResult
+from tuner.report.console import print_summary
+from tuner.run_schema import PlatformInfo, RunSummary
+from tuner.search_types import TrialOutcome, TrialRecord
+from tuner.server_control import ServerError
+
+BUDGET = LatencyBudget(95, Duration.from_ms(20))
+SETTINGS = RemeasureSettings(top=3, repeats=3)
+
+
+def _trial(
+    number: int,
+    throughput: float,
+    *,
+    instances: int | None = None,
+    feasible: bool = True,
+    as_written: bool = False,
+    concurrency: int = 4,
+) -> TrialRecord:
+    candidate = Candidate({"instance_count": instances if instances is not None else number})
+    outcome = TrialOutcome(
+        "ok",
+        throughput=throughput,
+        latency_us=10_000.0,
+        metrics={"concurrency": float(concurrency), "p95_us": 10_000.0},
+    )
+    return TrialRecord(number, "COMPLETE", candidate, outcome, feasible, 1.0, as_written=as_written)
+
+
+def _measurement(concurrency: int, throughput: float, p95_ms: float) -> Measurement:
+    p95_us = p95_ms * 1000
+    return Measurement(
+        model="m",
+        concurrency=concurrency,
+        request_rate=0.0,
+        batch_size=1,
+        throughput=throughput,
+        request_throughput=throughput,
+        request_count=100,
+        error_count=0,
+        errors={},
+        latency_avg_us=p95_us / 2,
+        latency_p50_us=p95_us / 2,
+        latency_p90_us=p95_us,
+        latency_p95_us=p95_us,
+        latency_p99_us=p95_us,
+    )
+
+
+def _remeasured(
+    trial: int, throughputs: Sequence[float], p95_ms: Sequence[float]
+) -> RemeasuredCandidate:
+    return RemeasuredCandidate(
+        trial=trial,
+        key=f"inst={trial}",
+        as_written=False,
+        concurrency=4,
+        search_throughput=1000.0,
+        search_latency_us=10_000.0,
+        throughputs=tuple(throughputs),
+        latencies_us=tuple(ms * 1000 for ms in p95_ms),
+    )
+
+
+def test_the_top_distinct_feasible_configurations_are_picked_best_first() -> None:
+    trials = [
+        _trial(0, 500.0, as_written=True),
+        _trial(1, 900.0, instances=2),
+        _trial(2, 950.0, instances=2),  # the same configuration as trial 1, measured again
+        _trial(3, 2000.0, feasible=False),
+        _trial(4, 800.0),
+        _trial(5, 700.0),
+    ]
+    assert [t.number for t in pick_top(trials, 1)] == [2]
+    # The config as written, feasible, takes the last place: its comparison is re-measured.
+    assert [t.number for t in pick_top(trials, 3)] == [2, 4, 0]
+    assert [t.number for t in pick_top(trials, 10)] == [2, 4, 5, 0]
+    assert pick_top(trials, 0) == []
+
+
+def test_one_slow_repeat_does_not_drop_a_candidate_but_a_median_over_budget_does() -> None:
+    noisy = judge(_remeasured(1, [1000, 990, 1010], [12.0, 35.0, 13.0]), BUDGET)
+    assert noisy.held, noisy.message
+    over = judge(_remeasured(2, [1200, 1190, 1210], [21.0, 35.0, 13.0]), BUDGET)
+    assert not over.held and "median p95 21.00 ms is over 20 ms" in over.message
+    slow = judge(_remeasured(3, [90, 95, 100], [1.0, 1.0, 1.0]), BUDGET, min_throughput=200.0)
+    assert not slow.held and "minimum" in slow.message
+
+
+def test_the_winner_is_the_best_median_among_those_that_held() -> None:
+    candidates = [
+        judge(_remeasured(1, [3000, 900, 950], [10, 25, 21]), BUDGET),  # lucky once, over budget
+        judge(_remeasured(2, [1000, 1100, 400], [10, 11, 12]), BUDGET),  # median 1000
+        judge(_remeasured(3, [1050, 1040, 1060], [10, 11, 12]), BUDGET),  # median 1050
+    ]
+    winner = choose_winner(candidates)
+    assert winner is not None and winner.trial == 3
+    assert choose_winner([c for c in candidates if c.trial == 1]) is None
+
+
+def test_candidates_are_measured_interleaved_each_at_its_own_load() -> None:
+    trials = [_trial(1, 1000.0, concurrency=8), _trial(2, 900.0, concurrency=2)]
+    order: list[tuple[str, object]] = []
+    figures = {8: iter([950.0, 1200.0, 1000.0]), 2: iter([1100.0, 1150.0, 1120.0])}
+
+    def load(candidate: Candidate) -> None:
+        order.append(("load", candidate["instance_count"]))
+
+    def measure(concurrency: int) -> Measurement:
+        order.append(("measure", concurrency))
+        return _measurement(concurrency, next(figures[concurrency]), 10.0)
+
+    result = remeasure(trials, load, measure, BUDGET, SETTINGS, search_best=1).result
+    assert order == [("load", 1), ("measure", 8), ("load", 2), ("measure", 2)] * 3
+    assert result.rounds == 3
+    # The search ranked trial 1 first; re-measured, trial 2's median is higher.
+    assert result.winner == 2 and result.changed_winner
+    by_trial = {c.trial: c for c in result.candidates}
+    assert by_trial[1].throughputs == (950.0, 1200.0, 1000.0)
+    spread = by_trial[2].throughput
+    assert spread is not None and (spread.median, spread.low, spread.high) == (1120, 1100, 1150)
+
+
+def test_a_candidate_that_does_not_load_is_dropped_and_the_next_one_wins() -> None:
+    trials = [_trial(1, 1000.0), _trial(2, 900.0)]
+
+    def load(candidate: Candidate) -> None:
+        if candidate["instance_count"] == 1:
+            raise ServerError("out of memory")
+
+    def measure(concurrency: int) -> Measurement:
+        return _measurement(concurrency, 800.0, 5.0)
+
+    result = remeasure(trials, load, measure, BUDGET, SETTINGS, search_best=1).result
+    dropped = result.candidate(1)
+    assert dropped is not None and not dropped.held and "out of memory" in dropped.message
+    assert result.winner == 2
+
+
+def test_the_deadline_cuts_the_rounds_after_the_first() -> None:
+    trials = [_trial(1, 1000.0)]
+    result = remeasure(
+        trials,
+        lambda _c: None,
+        lambda c: _measurement(c, 1000.0, 5.0),
+        BUDGET,
+        SETTINGS,
+        search_best=1,
+        deadline=0.0,  # long past
+    ).result
+    assert result.rounds == 1 and "1 of 3 rounds" in result.note
+    assert result.winner == 1
+
+
+def _summary(trials: Sequence[TrialRecord]) -> RunSummary:
+    return RunSummary(
+        model="m",
+        budget=BUDGET,
+        platform=PlatformInfo(2),
+        study="s",
+        stop_reason="done",
+        trials=tuple(trials),
+        as_written=trials[0],
+        best=max(trials, key=lambda t: t.outcome.throughput if t.outcome else 0.0),
+        lowest_latency=trials[0],
+    )
+
+
+def test_the_summary_reports_the_winner_with_the_re_measured_medians() -> None:
+    trials = [_trial(0, 500.0, as_written=True), _trial(1, 1000.0), _trial(2, 900.0)]
+    # Measured in the order 1, 2, 0 (the config as written last), three rounds.
+    figures = iter([700.0, 650.0, 400.0, 720.0, 640.0, 410.0, 710.0, 660.0, 420.0])
+    remeasured = remeasure(
+        pick_top(trials, 3),
+        lambda _c: None,
+        lambda c: _measurement(c, next(figures), 10.0),
+        BUDGET,
+        SETTINGS,
+        search_best=1,
+    )
+    summary = with_remeasure(_summary(trials), remeasured)
+    assert summary.best is not None and summary.best.number == 1
+    assert summary.best.outcome is not None and summary.best.outcome.throughput == 710.0
+    assert summary.as_written is not None and summary.as_written.outcome is not None
+    assert summary.as_written.outcome.throughput == 410.0
+    # The trials keep the search's own figures.
+    assert summary.trials[1].outcome is not None and summary.trials[1].outcome.throughput == 1000
+    again = RunSummary.from_json(summary.to_json())
+    assert again.remeasure == summary.remeasure
+    out = io.StringIO()
+    print_summary(again, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "710.0 [700.0-720.0]" in text and "re-measured" in text
+
+
+def test_no_candidate_holding_the_budget_leaves_no_best() -> None:
+    trials = [_trial(0, 500.0, as_written=True), _trial(1, 1000.0)]
+    remeasured = remeasure(
+        trials,
+        lambda _c: None,
+        lambda c: _measurement(c, 900.0, 30.0),
+        BUDGET,
+        SETTINGS,
+        search_best=1,
+    )
+    summary = with_remeasure(_summary(trials), remeasured)
+    assert summary.best is None and summary.exit_code == 3
+    assert isinstance(summary.remeasure, RemeasureResult) and summary.remeasure.winner is None
