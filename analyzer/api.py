@@ -297,7 +297,7 @@ async def find_max_mixed_load_async(
         measures = {}
         for load in loads:
             model = load.options.model
-            own = model_settings(settings, shares[model], latency_limit_us, percentile)
+            own = model_settings(settings, shares[model], latency_limit_us)
             session = await stack.enter_async_context(open_session(load.options, own))
             measures[model] = _settling(session, unstable_retries)
         return await search_mixed_load(

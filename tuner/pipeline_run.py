@@ -269,10 +269,11 @@ def _with_best(
     summary: RunSummary,
     steps: Sequence[StepSetup],
     best: Candidate,
-    ensemble_dir: Path,
+    ensemble_dir: Path | None,
 ) -> RunSummary:
     """The summary with each step's part of the best, its changes, and (unless dry-run) what
-    was written: every changed step's config, all or none."""
+    was written: every changed step's config, all or none (also a traffic mix's models,
+    which have no ensemble: `ensemble_dir` None)."""
     tuned = {s.model: apply(step_candidate(best, s.model), s.base) for s in steps}
     changes = {
         s.model: tuple(ConfigChange(*c) for c in diff(s.base, tuned[s.model])) for s in steps
@@ -315,12 +316,13 @@ def _write(
     to_write: Sequence[StepSetup],
     tuned: dict[str, mc.ModelConfig],
     best: Candidate,
-    ensemble_dir: Path,
+    ensemble_dir: Path | None,
 ) -> dict[str, WriteBack]:
     target_dirs = {s.model: s.opened.path for s in steps}
     if options.output_repository is not None:
         # The output repository serves on its own: the ensemble and every step are copied.
-        copy_model_dir(ensemble_dir, options.output_repository)
+        if ensemble_dir is not None:
+            copy_model_dir(ensemble_dir, options.output_repository)
         target_dirs = {
             s.model: copy_model_dir(s.opened.path, options.output_repository) for s in steps
         }

@@ -261,6 +261,10 @@ class RunSummary:
     validation_source: str = ""
     space: tuple[str, ...] = ()
     pipeline: tuple[PipelineStep, ...] = ()
+    # A traffic mix (models tuned jointly under a mixed load): (model, its share of the
+    # requests) in the mix's order; `pipeline` then lists the models, each with its part of
+    # the best.
+    traffic_mix: tuple[tuple[str, float], ...] = ()
     # The top candidates re-measured before the write: `best` is then its winner (None when
     # none held the budget) and the best's and the as-written's figures its medians.
     remeasure: RemeasureResult | None = None
@@ -308,6 +312,7 @@ class RunSummary:
             "variants": [v.to_json() for v in self.variants],
             "trials": [trial_to_json(t) for t in self.trials],
             "pipeline": [step.to_json() for step in self.pipeline],
+            "traffic_mix": dict(self.traffic_mix),
             "remeasure": None if self.remeasure is None else self.remeasure.to_json(),
         }
 
@@ -355,6 +360,10 @@ class RunSummary:
             validation_source=str(data.get("validation_source") or ""),
             space=tuple(str(line) for line in data.get("space") or ()),
             pipeline=tuple(PipelineStep.from_json(step) for step in data.get("pipeline") or ()),
+            traffic_mix=tuple(
+                (str(model), float(share))
+                for model, share in dict(data.get("traffic_mix") or {}).items()
+            ),
             remeasure=RemeasureResult.from_json(remeasure) if remeasure else None,
         )
 

@@ -85,16 +85,16 @@ def start_rate(shares: Mapping[str, float], settings: MeasureSettings) -> int:
     return max(1, math.ceil(MIN_REQUESTS_PER_WINDOW / (min(shares.values()) * window_s)))
 
 
-def model_settings(
-    settings: MeasureSettings, share: float, limit_us: float, percentile: int
-) -> MeasureSettings:
+def model_settings(settings: MeasureSettings, share: float, limit_us: float) -> MeasureSettings:
     """How one model of the mix is measured: its warmup scaled to its share of the rate (a
-    small share would otherwise wait long for it), windows judged and cut short on the
-    budget's percentile as perf_analyzer's -l with --percentile does."""
+    small share would otherwise wait long for it), and its windows cut short once the
+    average latency reaches the limit (perf_analyzer's -l: a level whose average is over the
+    limit has its percentiles over it too). Stability stays judged on the average latency, as
+    `settings` says: a small share's percentile over a few requests per window rarely
+    settles."""
     return replace(
         settings,
         warmup_request_count=math.ceil(settings.warmup_request_count * share),
-        percentile=percentile,
         latency_threshold_ms=limit_us / 1000.0,
     )
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tuner.report.mix import print_mix
 from tuner.report.pipeline import print_pipeline
 from tuner.report.remeasure import latency_text, print_remeasure, throughput_text
 from tuner.run_schema import RunSummary
@@ -41,6 +42,7 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     console.print(table)
     print_remeasure(summary, console)
     print_pipeline(summary, console)
+    print_mix(summary, console)
     best, as_written = _throughput(summary.best), _throughput(summary.as_written)
     if best and as_written:
         console.print(f"  best / as written throughput: [bold]{best / as_written:.2f}x")

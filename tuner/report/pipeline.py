@@ -58,8 +58,9 @@ def end_to_end_us(summary: RunSummary) -> float | None:
 
 
 def print_pipeline(summary: RunSummary, console: Console) -> None:
-    """The pipeline's table in the terminal (nothing for a single model)."""
-    if not summary.pipeline:
+    """The pipeline's table in the terminal (nothing for a single model or a traffic mix,
+    whose models tuner/report/mix.py shows)."""
+    if not summary.pipeline or summary.traffic_mix:
         return
     steps = step_shares(summary)
     table_ = Table(
@@ -89,8 +90,8 @@ def print_pipeline(summary: RunSummary, console: Console) -> None:
 
 
 def pipeline_html(summary: RunSummary, anchor: str) -> str:
-    """The pipeline's table for the HTML report ("" for a single model)."""
-    if not summary.pipeline:
+    """The pipeline's table for the HTML report ("" for a single model or a traffic mix)."""
+    if not summary.pipeline or summary.traffic_mix:
         return ""
     steps = step_shares(summary)
     rows: list[list[Cell | str]] = [

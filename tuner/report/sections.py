@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from common.html_page import Cell, definition_list, note, number, table
+from tuner.report.mix import mix_html
 from tuner.report.pipeline import pipeline_html
 from tuner.report.remeasure import latency_text, remeasure_html, throughput_text
 from tuner.report.summary import ModelSummary, TrialView
@@ -36,6 +37,7 @@ def summary_section(summary: ModelSummary) -> str:
     )
     parts.append(remeasure_html(summary.run, summary.anchor))
     parts.append(pipeline_html(summary.run, summary.anchor))
+    parts.append(mix_html(summary.run, summary.anchor))
     parts.append("<h3>Configuration changes</h3>" + _diff(summary))
     written = summary.written
     if written is not None and written.config:
