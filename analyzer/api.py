@@ -3,7 +3,8 @@
 - `measure(options, level, settings)`: one stable measurement at one concurrency or rate.
 - `sweep(options, spec, settings)`: perf_analyzer's sweep; the reported measurements.
 - `find_max_load(options, settings, latency_limit_us, ...)`: the highest load whose latency
-  percentile stays within a limit (doubling, then binary search at the boundary).
+  percentile stays within a limit (doubling, then binary search at the boundary); with
+  `first_pass`, a short-window pass first and full windows only at the operating point.
 - `find_max_mixed_load(loads, settings, latency_limit_us, ...)`: the same search over a
   traffic mix: several models at once, each at its share of a total request rate.
 
@@ -46,15 +47,30 @@ from analyzer.profiler.mixed import (
     validate_shares,
 )
 from analyzer.profiler.overhead import CpuMeter
-from analyzer.profiler.search import SearchResult, search_max_load
+from analyzer.profiler.search import (
+    FULL,
+    SATURATION_MIN_GAIN,
+    SATURATION_SHARE,
+    SCOUT,
+    SearchResult,
+    SearchStep,
+    StepReport,
+    operating_point,
+    search_max_load,
+)
 from analyzer.profiler.session import LevelProfiler
 from analyzer.profiler.settings import MeasureSettings
+from analyzer.profiler.staged_search import StagedLimits, search_staged
 from analyzer.profiler.statistics_client import ServerStatistics
 from analyzer.profiler.sweep import CONCURRENCY, SweepOutcome, SweepSpec, run_sweep
 from analyzer.report.html import LatencyParts, breakdown_figure
 
 __all__ = [
+    "FULL",
     "RANDOM_INT_HIGH",
+    "SATURATION_MIN_GAIN",
+    "SATURATION_SHARE",
+    "SCOUT",
     "AnalyzerError",
     "LatencyParts",
     "LoadLevel",
@@ -66,7 +82,9 @@ __all__ = [
     "ModelInfo",
     "PerfSession",
     "SearchResult",
+    "SearchStep",
     "SequenceOptions",
+    "StepReport",
     "SweepSpec",
     "TensorInfo",
     "breakdown_figure",
@@ -77,6 +95,7 @@ __all__ = [
     "measure",
     "measure_async",
     "open_session",
+    "operating_point",
     "read_json_data",
     "sweep",
     "sweep_async",
@@ -96,8 +115,9 @@ class PerfSession:
     # What could not be cleaned up at the end (a shared memory region the server kept).
     release_problems: list[str] = field(default_factory=list)
 
-    async def measure(self, level: LoadLevel) -> LevelRun:
-        run = await self.profiler.measure(level)
+    async def measure(self, level: LoadLevel, settings: MeasureSettings | None = None) -> LevelRun:
+        """One level with the session's settings, or `settings` for this level only."""
+        run = await self.profiler.measure(level, settings)
         self.runs.append(run)
         return run
 
@@ -209,19 +229,40 @@ async def find_max_load_async(
     max_level: int = 1024,
     max_binary_steps: int = 5,
     unstable_retries: int = 0,
+    *,
+    first_pass: MeasureSettings | None = None,
+    report: StepReport | None = None,
 ) -> SearchResult:
     """The highest concurrency (or request rate) whose `percentile` latency stays within
     `latency_limit_us`: doubling from `start` up to `max_level`, then binary search at the
     boundary. `SearchResult.best` is the passing measurement with the highest throughput;
     it is None (and `reason` says so) when even `start` is over the limit. A level that does
     not settle is measured again, up to `unstable_retries` times, with windows twice as long
-    each time."""
+    each time.
+
+    With `first_pass` (short-window settings, e.g. `settings.for_first_pass()`) the search is
+    staged (`analyzer.profiler.staged_search`): the doubling and binary steps run with those
+    windows (from `start` down as well as up), and `settings`' full windows measure only the
+    operating point (`operating_point`'s rule), so the limit is judged on full windows alone.
+    `report(step, best throughput within the limit so far)` is called after each passing
+    first-pass level and once when the first pass is done; True stops the search there
+    (`SearchResult.stopped_early`, no `best`). `SearchResult.steps` times every level."""
     settings = settings or MeasureSettings()
     async with open_session(options, settings) as session:
 
         async def measure(level: LoadLevel) -> LevelRun:
             return await session.measure_settling(level, unstable_retries)
 
+        if first_pass is not None:
+            scout_settings = first_pass
+
+            async def scout(level: LoadLevel) -> LevelRun:
+                return await session.measure(level, scout_settings)
+
+            limits = StagedLimits(
+                latency_limit_us, percentile, mode, start, max_level, max_binary_steps
+            )
+            return await search_staged(scout, measure, limits, report)
         return await search_max_load(
             measure,
             latency_limit_us=latency_limit_us,
@@ -243,6 +284,9 @@ def find_max_load(
     max_level: int = 1024,
     max_binary_steps: int = 5,
     unstable_retries: int = 0,
+    *,
+    first_pass: MeasureSettings | None = None,
+    report: StepReport | None = None,
 ) -> SearchResult:
     """`find_max_load_async` on its own event loop."""
     return run_sync(
@@ -256,6 +300,8 @@ def find_max_load(
             max_level=max_level,
             max_binary_steps=max_binary_steps,
             unstable_retries=unstable_retries,
+            first_pass=first_pass,
+            report=report,
         )
     )
 

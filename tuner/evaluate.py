@@ -1,20 +1,30 @@
 """Evaluating one candidate: load it into the tuning server, then find the highest load whose
-latency percentile stays within the budget, and measure throughput there."""
+latency percentile stays within the budget, and measure throughput there.
+
+A trial is cheap where it can be (`EvaluationSettings.first_pass`): the load search runs a
+first pass with short windows, started where the study's best trial so far saturated, reports
+its ceiling per step to the study's pruner (`tuner.pruning`), and measures with full windows
+only the operating point of a candidate that could still win."""
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass, field, replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.api import (
+    SCOUT,
     AnalyzerError,
     LoadOptions,
     Measurement,
     MeasureSettings,
     SearchResult,
+    SearchStep,
     find_max_load,
+    operating_point,
 )
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, config_precision
@@ -22,6 +32,8 @@ from tuner.precision import PrecisionVariant
 from tuner.precision.validation import RANDOM_VARIABLE_DIM
 from tuner.search_types import TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer
+
+_log = logging.getLogger(__name__)
 
 # Short windows: a trial measures several load levels, and the tuner must finish in minutes.
 TRIAL_MEASUREMENT = MeasureSettings(
@@ -43,6 +55,9 @@ class EvaluationSettings:
     input_data: str = "random"
     protocol: str = "http"  # what the load speaks: http | grpc
     shapes: dict[str, list[int]] = field(default_factory=dict)  # variable dims' sizes
+    # A first pass with short windows, full windows only at the operating point, the study's
+    # pruner told each step; False: every level with full windows, from concurrency 1.
+    first_pass: bool = True
 
     def for_model(self, config: mc.ModelConfig) -> EvaluationSettings:
         """What the load sends to the model of `config`: each variable dim (other than the
@@ -73,6 +88,7 @@ class TrialEvaluator:
         self._budget = budget
         self._settings = settings or EvaluationSettings()
         self.last_measurement: Measurement | None = None
+        self.last_steps: list[SearchStep] = []  # the last load search's levels, timed
 
     def config_for(self, candidate: Candidate) -> mc.ModelConfig:
         return apply(candidate, self._base)
@@ -83,15 +99,27 @@ class TrialEvaluator:
         refused = precision_refusal(candidate, self._base, self._variants)
         if refused is not None:
             return refused
+        began = time.perf_counter()
         try:
             self._server.load(self.config_for(candidate))
         except ServerError as exc:
             return TrialOutcome.failed(f"the server refused the config: {exc}")
-        return self.measure()
+        loaded_s = time.perf_counter() - began
+        outcome = self.measure(context)
+        _log.debug(
+            "trial %s (%s): load %.2f s, %s",
+            context.number if context is not None else "-",
+            candidate.key or "as written",
+            loaded_s,
+            describe_steps(self.last_steps),
+        )
+        return outcome
 
-    def measure(self) -> TrialOutcome:
+    def measure(self, context: TrialContext | None = None) -> TrialOutcome:
         """Search the highest load within the budget for the config loaded now."""
-        outcome, self.last_measurement = measure_loaded(self._server, self._budget, self._settings)
+        outcome, self.last_measurement, self.last_steps = measure_with_steps(
+            self._server, self._budget, self._settings, context
+        )
         return outcome
 
 
@@ -112,14 +140,31 @@ def precision_refusal(
 
 
 def measure_loaded(
-    server: TuningServer, budget: LatencyBudget, settings: EvaluationSettings
+    server: TuningServer,
+    budget: LatencyBudget,
+    settings: EvaluationSettings,
+    context: TrialContext | None = None,
 ) -> tuple[TrialOutcome, Measurement | None]:
     """Search the highest load within the budget for what `server` has loaded now, sending
-    the load to `server.model_name` (for a pipeline, the ensemble: the budget is end to end)."""
+    the load to `server.model_name` (for a pipeline, the ensemble: the budget is end to end).
+    With `settings.first_pass` the search is staged, starts at the concurrency where
+    `context.incumbent` was operated and reports to `context.report`. Also gives the
+    measurement the outcome is judged by."""
+    outcome, measurement, _ = measure_with_steps(server, budget, settings, context)
+    return outcome, measurement
+
+
+def measure_with_steps(
+    server: TuningServer,
+    budget: LatencyBudget,
+    settings: EvaluationSettings,
+    context: TrialContext | None = None,
+) -> tuple[TrialOutcome, Measurement | None, list[SearchStep]]:
+    """`measure_loaded`, and the load search's levels, timed."""
     try:
         url = server.url_for(settings.protocol)
     except ServerError as exc:
-        return TrialOutcome.failed(f"measurement failed: {exc}"), None
+        return TrialOutcome.failed(f"measurement failed: {exc}"), None, []
     options = LoadOptions(
         url=url,
         protocol=settings.protocol,
@@ -137,16 +182,43 @@ def measure_loaded(
             max_level=settings.max_concurrency,
             max_binary_steps=settings.binary_steps,
             unstable_retries=settings.unstable_retries,
+            start=start_level(context, settings) if settings.first_pass else 1,
+            first_pass=settings.measure.for_first_pass() if settings.first_pass else None,
+            report=context.report if settings.first_pass and context is not None else None,
         )
     except AnalyzerError as exc:
-        return TrialOutcome.failed(f"measurement failed: {exc}"), None
-    return trial_outcome(result, budget)
+        return TrialOutcome.failed(f"measurement failed: {exc}"), None, []
+    return (*trial_outcome(result, budget), result.steps)
+
+
+def start_level(context: TrialContext | None, settings: EvaluationSettings) -> int:
+    """Where the load search starts: the concurrency at which the study's best trial so far
+    was operated (a candidate that can win saturates near it), else 1."""
+    incumbent = context.incumbent if context is not None else None
+    concurrency = incumbent.metrics.get("concurrency") if incumbent is not None else None
+    if concurrency is None or not math.isfinite(concurrency) or concurrency < 1:
+        return 1
+    return min(int(concurrency), settings.max_concurrency)
+
+
+def describe_steps(steps: list[SearchStep]) -> str:
+    """The load search's levels in one line: level (fidelity) seconds, pass or fail."""
+    if not steps:
+        return "no load measured"
+    parts = [
+        f"{s.level:g}{'~' if s.fidelity == SCOUT else ''} {s.seconds:.2f}s{'' if s.passed else '!'}"
+        for s in steps
+    ]
+    total = sum(s.seconds for s in steps)
+    return f"levels {total:.2f} s: " + ", ".join(parts) + " (~ first pass, ! did not pass)"
 
 
 def trial_outcome(
     result: SearchResult, budget: LatencyBudget
 ) -> tuple[TrialOutcome, Measurement | None]:
     """What a load search says of a candidate, and the measurement it is judged by."""
+    if result.stopped_early:
+        return _stopped_early(result, budget)
     if result.best is not None:
         best = _operating_point(result.measurements, budget, result.best)
         outcome = TrialOutcome(
@@ -179,25 +251,31 @@ def trial_outcome(
     return outcome, first
 
 
-# Past saturation more concurrency adds only queueing: of the loads within the budget, the
-# lowest one that reaches this share of the best throughput is where the config is measured,
-# which leaves latency headroom for the noise of the machine that serves it.
-SATURATION_SHARE = 0.95
+def _stopped_early(
+    result: SearchResult, budget: LatencyBudget
+) -> tuple[TrialOutcome, Measurement | None]:
+    """The study's pruner stopped the search after its first pass: the outcome is that
+    pass's best level within the budget (short windows: never feasible, only pruned)."""
+    within = [m for m in result.scouted if m.percentile_us(budget.percentile) <= budget.limit_us]
+    ceiling = max(within, key=lambda m: m.throughput, default=None)
+    if ceiling is None:
+        return TrialOutcome("pruned", message=f"pruned: {result.reason}"), None
+    outcome = TrialOutcome(
+        "pruned",
+        throughput=ceiling.throughput,
+        latency_us=ceiling.percentile_us(budget.percentile),
+        metrics=_metrics(ceiling),
+        message=f"pruned: its throughput stopped growing clearly below the best so far "
+        f"({result.reason})",
+    )
+    return outcome, ceiling
 
 
 def _operating_point(
     measurements: list[Measurement], budget: LatencyBudget, best: Measurement
 ) -> Measurement:
-    passing = [
-        m
-        for m in measurements
-        if m.stable and m.error_count == 0 and m.percentile_us(budget.percentile) <= budget.limit_us
-    ]
-    if not passing:
-        return best
-    top = max(m.throughput for m in passing)
-    enough = [m for m in passing if m.throughput >= SATURATION_SHARE * top]
-    return min(enough, key=lambda m: (m.concurrency or m.request_rate, -m.throughput))
+    point = operating_point(measurements, budget.limit_us, budget.percentile)
+    return best if point is None else point
 
 
 def _metrics(m: Measurement) -> dict[str, float]:

@@ -7,6 +7,11 @@ from dataclasses import dataclass, replace
 TIME_WINDOWS = "time_windows"
 COUNT_WINDOWS = "count_windows"
 
+# A first pass's windows (`MeasureSettings.for_first_pass`): a fifth of the full window, but
+# at least this many requests each, so that a slow model's percentile still means something.
+FIRST_PASS_SHARE = 5
+FIRST_PASS_MIN_REQUESTS = 20
+
 
 @dataclass(frozen=True, slots=True)
 class MeasureSettings:
@@ -72,4 +77,23 @@ class MeasureSettings:
             self,
             measurement_interval_ms=self.measurement_interval_ms * 2,
             measurement_request_count=self.measurement_request_count * 2,
+        )
+
+    def for_first_pass(self) -> MeasureSettings:
+        """Short windows for a rough first pass over load levels: windows of a fifth of these
+        (at least `FIRST_PASS_MIN_REQUESTS` requests each), two in a row within the stability
+        percentage (at most four windows), a quarter of the warm-up."""
+        full_s = (
+            self.measurement_interval_ms / 1000.0
+            if self.measurement_mode == TIME_WINDOWS
+            else self.min_count_window_s
+        )
+        return replace(
+            self,
+            measurement_mode=COUNT_WINDOWS,
+            min_count_window_s=full_s / FIRST_PASS_SHARE,
+            measurement_request_count=min(FIRST_PASS_MIN_REQUESTS, self.measurement_request_count),
+            stability_window=min(2, self.stability_window),
+            max_trials=min(4, self.max_trials),
+            warmup_request_count=self.warmup_request_count // 4,
         )

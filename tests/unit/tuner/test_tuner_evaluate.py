@@ -10,7 +10,8 @@ from analyzer.api import Measurement, SearchResult
 from analyzer.measurement import ServerBreakdown
 from tuner.budget import LatencyBudget
 from tuner.duration import Duration
-from tuner.evaluate import EvaluationSettings, trial_outcome
+from tuner.evaluate import EvaluationSettings, start_level, trial_outcome
+from tuner.search_types import TrialContext, TrialOutcome
 
 BUDGET = LatencyBudget(95, Duration.from_ms(20))
 
@@ -91,3 +92,32 @@ def test_variable_input_dims_get_a_size_for_the_load() -> None:
     config.input.add(name="SCALE", data_type=mc.TYPE_FP32, dims=[1])
     settings = EvaluationSettings().for_model(config)
     assert settings.shapes == {"IMAGE": [8, 8]}
+
+
+def test_a_search_stopped_after_its_first_pass_is_pruned_at_its_ceiling() -> None:
+    low = _measurement(1, p95_ms=2.0, stable=True, throughput=500.0)
+    top = _measurement(4, p95_ms=6.0, stable=False, throughput=900.0)
+    over = _measurement(8, p95_ms=30.0, stable=True, throughput=950.0)
+    result = SearchResult(
+        best=None,
+        max_level=None,
+        scouted=[low, top, over],
+        stopped_early=True,
+        reason="stopped after the first pass",
+    )
+    outcome, judged_by = trial_outcome(result, BUDGET)
+    assert outcome.status == "pruned"
+    assert outcome.throughput == 900.0 and outcome.latency_us == 6_000.0
+    assert outcome.metrics["concurrency"] == 4.0
+    assert judged_by is top
+
+
+def test_the_load_search_starts_where_the_best_trial_so_far_was_operated() -> None:
+    settings = EvaluationSettings(max_concurrency=64)
+    incumbent = TrialOutcome("ok", 5000.0, 4000.0, metrics={"concurrency": 8.0})
+    assert start_level(TrialContext(3, incumbent), settings) == 8
+    assert start_level(TrialContext(0, None), settings) == 1
+    assert start_level(None, settings) == 1
+    assert start_level(TrialContext(3, TrialOutcome("ok", 5000.0, 4000.0)), settings) == 1
+    far = TrialOutcome("ok", 5000.0, 4000.0, metrics={"concurrency": 512.0})
+    assert start_level(TrialContext(3, far), settings) == 64
