@@ -27,8 +27,11 @@ from tuner.console import TuneConsole
 from tuner.duration import Duration
 from tuner.errors import EXIT_INTERRUPTED, EXIT_NOT_TUNED, EXIT_OK, TunerError, one_line, worst
 from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
+from tuner.mix_run import tune_mix
+from tuner.mix_spec import EXAMPLE as MIX_EXAMPLE
+from tuner.mix_spec import TrafficMix, TrafficMixError, parse_traffic_mix
 from tuner.pipeline_run import tune_pipeline
-from tuner.plan import Target, plan
+from tuner.plan import Target, plan, plan_mix
 from tuner.remeasure import DEFAULT_REPEATS, DEFAULT_TOP, RemeasureSettings
 from tuner.report import render_run_report
 from tuner.report.cli import report_command
@@ -41,6 +44,24 @@ from tuner.run import (
     tune_model,
 )
 from tuner.search_types import ProgressEvent
+
+
+def _traffic_mix(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> TrafficMix | None:
+    if value is None:
+        return None
+    try:
+        mix = parse_traffic_mix(value)
+    except TrafficMixError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    if mix.normalised:
+        click.echo(
+            f"note: the --traffic-mix shares add up to {mix.given_total:g}; normalised to 1: "
+            f"{mix.describe()}",
+            err=True,
+        )
+    return mix
 
 
 def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -71,6 +92,14 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 )
 @click.option(
     "-m", "--model", "models", multiple=True, help="Model to tune (repeatable; default: all)."
+)
+@click.option(
+    "--traffic-mix",
+    callback=_traffic_mix,
+    help=f"Tune these models jointly, served together under this mix of requests ({MIX_EXAMPLE}:"
+    " each model's share of the total rate; shares are normalised to 1): one study, "
+    "instances x threads across the models within the cores, each model within the budget. "
+    "Not with -m.",
 )
 @click.option(
     "--model-repository",
@@ -175,6 +204,7 @@ def main(
     latency_p90: Duration | None,
     min_throughput: float | None,
     models: tuple[str, ...],
+    traffic_mix: TrafficMix | None,
     model_repository: Path,
     trials: int | None,
     time_budget: Duration | None,
@@ -237,7 +267,9 @@ def main(
             remeasure_top, remeasure_repeats, measurement_interval
         ),
     )
-    sys.exit(run_tuning(options))
+    if traffic_mix is not None and models:
+        raise click.UsageError("give either -m/--model or --traffic-mix (its models are tuned)")
+    sys.exit(run_tuning(options, traffic_mix))
 
 
 class _StopRequest:
@@ -265,7 +297,7 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
 
-def run_tuning(options: TuneOptions) -> int:
+def run_tuning(options: TuneOptions, traffic_mix: TrafficMix | None = None) -> int:
     """Tune every target of `options` (`tuner.plan.plan`: each ensemble as a pipeline, each
     model no ensemble uses on its own), one after the other, and return the exit code.
 
@@ -276,7 +308,10 @@ def run_tuning(options: TuneOptions) -> int:
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console says what matters
     try:
-        targets = plan(options.repository, options.models)
+        if traffic_mix is not None:
+            targets = [plan_mix(options.repository, traffic_mix.shares)]
+        else:
+            targets = plan(options.repository, options.models)
     except Exception as exc:
         message, code = failure(exc, options.report_dir)
         click.echo(f"error: {message}", err=True)
@@ -326,7 +361,9 @@ def _tune_one(
     try:
         if share is not None and share.us <= 0:
             raise TunerError("the time budget was spent before its turn")
-        if target.kind == "pipeline":
+        if target.kind == "mix":
+            summary = tune_mix(options, target, share, hooks)
+        elif target.kind == "pipeline":
             summary = tune_pipeline(options, target, share, hooks)
         else:
             summary = tune_model(options, name, share, hooks)

@@ -11,11 +11,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tuner.errors import TuneUsageError
+
 EXAMPLE = "digits=0.7,resnet18=0.3"
 _NORMALISED_TOLERANCE = 1e-6
 
 
-class TrafficMixError(ValueError):
+class TrafficMixError(TuneUsageError):
     """--traffic-mix is not NAME=SHARE pairs of distinct models with shares > 0."""
 
 

@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from tuner.candidate import Candidate
+from tuner.pruning import SaturationPruner
 from tuner.search_types import SearchError, SearchSettings, TrialOutcome, TrialRecord
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ def open_study(settings: SearchSettings, sampler: optuna.samplers.BaseSampler) -
             study_name=settings.study_name,
             direction="maximize",
             load_if_exists=settings.load_if_exists,
+            pruner=SaturationPruner(),
         )
     except optuna.exceptions.DuplicatedStudyError:
         raise SearchError(

@@ -204,7 +204,7 @@ class SearchSpace:
 
     def default_candidate(self) -> Candidate:
         """The model's own config as a point of the space (values outside it snapped)."""
-        return self.walk(_snapping(self._base_values()))
+        return self.walk(snapping(self._base_values()))
 
     def as_written(self) -> Candidate:
         """The model's config exactly as written: the point of the space that leaves it
@@ -226,7 +226,7 @@ class SearchSpace:
         first = wanted.get(PRECISION)
         for precision in sorted(precisions, key=lambda p: p != first):
             values = wanted | batching | ({PRECISION: precision} if precision else {})
-            priors.append(self.walk(_snapping(values)))
+            priors.append(self.walk(snapping(values)))
         return list(dict.fromkeys(priors))
 
     def describe(self) -> list[str]:
@@ -423,7 +423,7 @@ def _join(values: Iterable[Any]) -> str:
     return ", ".join("none" if v is None else str(v) for v in values)
 
 
-def _snapping(wanted: dict[str, ParamValue]) -> Chooser:
+def snapping(wanted: dict[str, ParamValue]) -> Chooser:
     """Choose the wanted value, or the nearest choice when it is not one."""
 
     def choose(field_name: str, _name: str, choices: Sequence[ParamValue]) -> ParamValue:
