@@ -98,7 +98,7 @@ def remeasure_html(summary: RunSummary, anchor: str) -> str:
     result = summary.remeasure
     if result is None:
         return ""
-    headers = [h.format(p=summary.budget.percentile) for h in HEADERS]
+    headers = [(h[0].upper() + h[1:]).format(p=summary.budget.percentile) for h in HEADERS]
     rows: list[list[Cell | str]] = []
     for candidate in result.candidates:
         throughput, latency = candidate.throughput, candidate.latency
