@@ -62,6 +62,7 @@ class TuneOptions:
     storage: str | None = None  # default: sqlite in the report folder
     study_name: str | None = None  # default: from the model and the budget
     seed: int = 0
+    patience: int | None = None  # stop when the best has not moved over this many trials
     min_throughput: float | None = None
     dry_run: bool = False
     output_repository: Path | None = None
@@ -117,6 +118,8 @@ def search_settings(
         study_name=study_name(options, name, fingerprint),
         storage=storage_url(options, report_folder),
         mode="grid" if options.search == "grid" else "optuna",
+        method=options.search,
+        patience=options.patience,
         n_trials=None if options.search == "grid" else options.trials or default_trials,
         time_budget=time_budget,
         seed=options.seed,

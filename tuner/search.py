@@ -12,6 +12,7 @@ from optuna.trial import Trial, TrialState
 
 from tuner.candidate import Candidate
 from tuner.duration import Duration
+from tuner.samplers import FinishedRecords, make_sampler
 from tuner.search_study import (
     AS_WRITTEN,
     CANDIDATE,
@@ -19,6 +20,7 @@ from tuner.search_study import (
     OUTCOME,
     REUSED_FROM,
     SURPLUS,
+    WAITING_FOR,
     WORKER,
     FixedSampler,
     Worker,
@@ -27,8 +29,6 @@ from tuner.search_study import (
     fail_stale_trials,
     heartbeat,
     open_study,
-    quiet_experimental,
-    record_of,
 )
 from tuner.search_types import (
     ProgressEvent,
@@ -58,6 +58,7 @@ Progress = Callable[[ProgressEvent], None]
 
 _SEED_STRIDE = 7919  # parallel workers get seeds this far apart
 _MAX_REPEATS = 25  # proposals in a row of measured candidates: the search has converged
+_IN_FLIGHT_POLL_S = 0.25  # how often a trial waiting for another's measurement looks
 
 
 def run_search(
@@ -74,8 +75,9 @@ def run_search(
     trial measures the model's config exactly as written (`space.as_written()`, user attribute
     "as_written"): with its parameters when it is a point of the space, else with none (the
     empty candidate: TPE learns nothing from it, the budget and the report compare with it).
-    Each trial: ask -> a candidate (define-by-run over `space`, TPE with the priors of
-    `space.prior_candidates()` enqueued first; in grid mode the next grid point not yet taken)
+    Each trial: ask -> a candidate (define-by-run over `space`, the priors of
+    `space.prior_candidates()` enqueued first, then the sampler of `settings.method`, see
+    `tuner.samplers`; in grid mode the next grid point not yet taken)
     -> `evaluate(candidate, context)` (a `TrialContext`) -> tell. Every trial is told:
 
     - "ok": COMPLETE with the throughput as value, and the constraints latency (p / limit - 1),
@@ -92,8 +94,9 @@ def run_search(
     `n_trials` measurements (resumed and other workers' trials count; reused and interrupted
     ones do not), when `time_budget` has run out or less of it is left than this call's
     trials took on average, when every candidate of the space has been measured, when
-    25 proposals in a row were candidates measured already (converged), or in grid mode when
-    no grid point is left.
+    25 proposals in a row were candidates measured already (converged), when the best has
+    not grown by more than `patience_min_gain` over the last `patience` measured trials (not
+    in grid mode), or in grid mode when no grid point is left.
 
     Several processes given the same storage and study name share the work: trials left
     RUNNING by a dead process are marked FAIL, and a trial asked beyond `n_trials` in a race
@@ -128,6 +131,7 @@ class _SearchLoop:
         self.stale_checked: float | None = None
         self.grid = grid(space) if settings.mode == "grid" else []
         self.fixed = FixedSampler()
+        self.finished = FinishedRecords(settings)
         self.study = open_study(settings, optuna.samplers.RandomSampler(seed=settings.seed))
         self.worker = Worker(self.study)
         self.study.sampler = self._sampler()
@@ -137,17 +141,7 @@ class _SearchLoop:
         seed = None if settings.seed is None else settings.seed + _SEED_STRIDE * self.worker.rank
         if settings.mode == "grid":
             return self.fixed
-        startup = settings.n_startup_trials
-        if startup is None:
-            startup = 10 if settings.n_trials is None else max(4, min(10, settings.n_trials // 3))
-        with quiet_experimental():
-            return optuna.samplers.TPESampler(
-                seed=seed,
-                n_startup_trials=startup,
-                multivariate=True,
-                group=True,
-                constant_liar=True,
-            )
+        return make_sampler(settings.method, self.space, settings, seed)
 
     def run(self) -> SearchResult:
         self._fail_stale_trials()
@@ -190,8 +184,7 @@ class _SearchLoop:
             self.stale_checked = now
 
     def _records(self) -> list[TrialRecord]:
-        trials = self.study.get_trials(deepcopy=False)
-        return [record_of(trial, self.settings) for trial in trials]
+        return self.finished.records(self.study.get_trials(deepcopy=False))
 
     def _stop_reason(self, records: list[TrialRecord]) -> str:
         n_trials = self.settings.n_trials
@@ -206,6 +199,8 @@ class _SearchLoop:
         measured = {r.candidate.key for r in records if r.candidate and r.outcome is not None}
         if len(measured) >= self.space.size:
             return "every candidate of the space has been measured"
+        if self.settings.mode != "grid":
+            return patience_stop(records, self.settings)
         return ""
 
     def _time_left(self) -> float | None:
@@ -270,6 +265,8 @@ class _SearchLoop:
             self.study.tell(trial, state=TrialState.FAIL)
             return f"{n_trials} trials done"
         previous = _measured(records, candidate, trial.number)
+        if previous is None:
+            previous, records = self._await_in_flight(trial, candidate, records)
         if previous is not None and previous.outcome is not None:
             trial.set_user_attr(REUSED_FROM, previous.number)
             self.reused += 1
@@ -290,6 +287,30 @@ class _SearchLoop:
             self.measured += 1
         self._emit("trial_end", trial_number=trial.number)
         return ""
+
+    def _await_in_flight(
+        self, trial: Trial, candidate: Candidate, records: list[TrialRecord]
+    ) -> tuple[TrialRecord | None, list[TrialRecord]]:
+        """Wait while an earlier trial (another worker's) measures the same candidate, then
+        answer its record, for this trial to reuse: a candidate is measured once however many
+        workers propose it (workers that start together enqueue the same first trials). None
+        when no earlier trial is measuring it, or the one waited for ended without an outcome
+        (its worker died): this trial then measures it. The trial keeps its heartbeat and
+        names the trial it waits for (user attribute "waiting_for")."""
+        running = _in_flight(records, candidate, trial.number)
+        if running is None:
+            return None, records
+        with heartbeat(trial, self.settings.heartbeat_s):
+            waiting_for = None
+            while running is not None:
+                if waiting_for != running.number:
+                    waiting_for = running.number
+                    trial.set_user_attr(WAITING_FOR, waiting_for)
+                time.sleep(_IN_FLIGHT_POLL_S)
+                self._fail_stale_trials()
+                records = self._records()
+                running = _in_flight(records, candidate, trial.number)
+        return _measured(records, candidate, trial.number), records
 
     def _candidate_of(self, trial: Trial) -> Candidate:
         """The asked trial's candidate: suggested over the space (an enqueued trial answers
@@ -370,6 +391,44 @@ class _SearchLoop:
                 stop_reason=stop_reason,
             )
         )
+
+
+def patience_stop(records: list[TrialRecord], settings: SearchSettings) -> str:
+    """Why to stop when the best feasible throughput has not grown by more than
+    `settings.patience_min_gain` over the last `settings.patience` measured trials of the
+    study; "" to go on (no patience, too few trials, or nothing feasible before them)."""
+    patience = settings.patience
+    if patience is None:
+        return ""
+    done = [r for r in records if r.outcome is not None and r.reused_from is None]
+    if len(done) <= patience:
+        return ""
+    before = best_of(done[:-patience])
+    if before is None or before.outcome is None or before.outcome.throughput <= 0:
+        return ""
+    now = best_of(done)
+    assert now is not None and now.outcome is not None
+    gain = now.outcome.throughput / before.outcome.throughput - 1.0
+    if gain > settings.patience_min_gain:
+        return ""
+    return (
+        f"the best ({now.outcome.throughput:.1f}/s) grew by {max(gain, 0.0):.1%} over the last "
+        f"{patience} measured trials (patience: more than {settings.patience_min_gain:.0%})"
+    )
+
+
+def _in_flight(records: list[TrialRecord], candidate: Candidate, number: int) -> TrialRecord | None:
+    """The first trial before `number` that is measuring `candidate` now."""
+    for record in records:
+        if record.number >= number:
+            break
+        if (
+            record.state == "RUNNING"
+            and record.candidate is not None
+            and record.candidate.key == candidate.key
+        ):
+            return record
+    return None
 
 
 def _measured(records: list[TrialRecord], candidate: Candidate, number: int) -> TrialRecord | None:

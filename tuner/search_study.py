@@ -2,8 +2,10 @@
 
 Each trial carries user attributes the loop relies on: "key" and "candidate" (what was tried),
 "worker" (who runs it), "heartbeat" (wall time, refreshed while it is measured), "outcome"
-(the `TrialOutcome`, once told), "reused_from" (when an earlier measurement was reused) and
-"as_written" (on the trial that measures the model's config exactly as written).
+(the `TrialOutcome`, once told), "reused_from" (when an earlier measurement was reused),
+"waiting_for" (while another worker's trial measures the same candidate: this one then reuses
+its outcome) and "as_written" (on the trial that measures the model's config exactly as
+written).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 KEY, CANDIDATE, WORKER, HEARTBEAT = "key", "candidate", "worker", "heartbeat"
 OUTCOME, REUSED_FROM, SURPLUS = "outcome", "reused_from", "surplus"
+WAITING_FOR = "waiting_for"
 AS_WRITTEN = "as_written"
 _OBJECTIVE = "objective"
 _WORKER_PREFIX = "worker:"

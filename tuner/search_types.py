@@ -105,6 +105,7 @@ class SearchSettings:
     study_name: str
     storage: str | None = None
     mode: Literal["optuna", "grid"] = "optuna"
+    method: str = "optuna"  # the sampler when mode is "optuna": a name of tuner.samplers.METHODS
     n_trials: int | None = 30
     time_budget: Duration | None = None
     seed: int | None = 0
@@ -114,6 +115,10 @@ class SearchSettings:
     stale_after_s: float = 120.0  # a RUNNING trial with no heartbeat this long is dead
     claim_within_s: float = 5.0  # a RUNNING trial no worker claimed this long after its ask
     heartbeat_s: float = 10.0
+    # Stop when the best feasible throughput has not grown by more than `patience_min_gain`
+    # (a share) over the last `patience` measured trials (None: never; not in grid mode).
+    patience: int | None = None
+    patience_min_gain: float = 0.01
     # Anything else the outcome depends on (accuracy limit, model hash...): a study created
     # with other values is not resumed.
     fingerprint: Mapping[str, str] = field(default_factory=dict)
@@ -125,6 +130,10 @@ class SearchSettings:
             raise ValueError(f"time_budget must be > 0, got {self.time_budget}")
         if self.min_throughput is not None and self.min_throughput <= 0:
             raise ValueError(f"min_throughput must be > 0, got {self.min_throughput}")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError(f"patience must be >= 1, got {self.patience}")
+        if not 0 <= self.patience_min_gain < 1:
+            raise ValueError(f"patience_min_gain must be in [0, 1), got {self.patience_min_gain}")
         if not self.study_name:
             raise ValueError("study_name must not be empty")
 

@@ -218,16 +218,37 @@ class SearchSpace:
         """Where the search starts (after the config as written), after Triton's batcher
         guide: the model's own config snapped onto the space; batching on with no preferred
         size, no delay and the model's max_batch_size; and the latter in each other precision.
-        Duplicates removed, order kept."""
+        Then what is known of the problem: every split of the cores between instances and
+        threads that uses them all (threads x instances beyond the cores only contend), with
+        batching on at the largest max_batch_size and no delay (with no delay the batcher
+        never waits, so a large limit costs nothing at low load), in each precision (int8
+        roughly halves the compute). Duplicates removed, order kept."""
         wanted = self._base_values()
         priors = [self.default_candidate()]
         batching = {DYNAMIC_BATCHING: True, MAX_QUEUE_DELAY: 0, PREFERRED_BATCH_SIZE: None}
         precisions = list(self.precisions or [None])
         first = wanted.get(PRECISION)
-        for precision in sorted(precisions, key=lambda p: p != first):
+        precisions.sort(key=lambda p: p != first)
+        for precision in precisions:
             values = wanted | batching | ({PRECISION: precision} if precision else {})
             priors.append(self.walk(snapping(values)))
+        if self.batching is not None:
+            batching[MAX_BATCH_SIZE] = self.batching.max_batch_sizes[-1]
+        for precision in precisions:
+            for split in self._full_splits():
+                values = wanted | batching | split | ({PRECISION: precision} if precision else {})
+                priors.append(self.walk(snapping(values)))
         return list(dict.fromkeys(priors))
+
+    def _full_splits(self) -> list[dict[str, ParamValue]]:
+        """Instance count and thread count pairs that use every core: each count with its
+        most threads (without a thread choice, the most instances)."""
+        if self.thread_choices is None:
+            return [{INSTANCE_COUNT: self.instance_counts[-1]}]
+        return [
+            {INSTANCE_COUNT: count, THREAD_COUNT: self.thread_choices[count][-1]}
+            for count in self.instance_counts
+        ]
 
     def describe(self) -> list[str]:
         """One line per parameter, for reports."""

@@ -136,11 +136,12 @@ def test_runs_are_reproducible_with_a_seed() -> None:
 
 def test_priors_are_the_first_trials() -> None:
     space = digits_space()
-    result = run_search(space, fake_measure, settings(n_trials=5))
-    first = [t.candidate for t in result.trials[:3]]
-    assert first == space.prior_candidates()
+    priors = space.prior_candidates()
+    result = run_search(space, fake_measure, settings(n_trials=len(priors) + 2))
+    first = [t.candidate for t in result.trials[: len(priors)]]
+    assert first == priors
     # digits' config is a point of its space: the first prior is the config as written
-    assert [t.as_written for t in result.trials] == [True, False, False, False, False]
+    assert [t.as_written for t in result.trials] == [True] + [False] * (len(priors) + 1)
     assert result.trials[0].candidate == space.as_written() == space.default_candidate()
 
 
@@ -312,7 +313,7 @@ def test_resume_refuses_another_objective(tmp_path: Path) -> None:
 def test_measured_candidates_are_not_measured_again() -> None:
     space = small_space()  # 3 x 2 x 13 = 78 candidates: TPE soon proposes repeats
     counting = Counting()
-    result = run_search(space, counting, settings(n_trials=40, seed=1))
+    result = run_search(space, counting, settings(n_trials=40, seed=1, method="tpe"))
     assert max(counting.calls.values()) == 1
     reused = [t for t in result.trials if t.reused_from is not None]
     assert reused and result.reused_here == len(reused)
@@ -383,7 +384,9 @@ def test_interrupted_evaluation_is_failed_and_measured_again_on_resume(tmp_path:
     trial = _load("digits", storage)[0]
     assert trial.state == TrialState.FAIL and "outcome" not in trial.user_attrs
     counting = Counting()
-    result = run_search(small_space(), counting, settings(n_trials=2, storage=storage))
+    # the priors the first run queued come first, then the config as written again
+    n_trials = len(small_space().prior_candidates()) + 1
+    result = run_search(small_space(), counting, settings(n_trials=n_trials, storage=storage))
     assert trial.user_attrs["key"] in counting.calls
     assert sum(1 for t in result.trials if t.interrupted) == 1
 

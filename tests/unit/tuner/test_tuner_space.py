@@ -263,8 +263,22 @@ def test_priors_start_from_the_model_config_and_plain_batching() -> None:
         "mbs=16,db=on,pbs=none,delay=2000,inst=1,thr=2,prec=fp32",
         "mbs=16,db=on,pbs=none,delay=0,inst=1,thr=2,prec=fp32",
         "mbs=16,db=on,pbs=none,delay=0,inst=1,thr=2,prec=int8",
+        # every split of the 2 cores, batching on at the largest size, each precision
+        "mbs=16,db=on,pbs=none,delay=0,inst=2,thr=1,prec=fp32",
+        "mbs=16,db=on,pbs=none,delay=0,inst=2,thr=1,prec=int8",
     ]
     assert all(c in space for c in space.prior_candidates())
+
+
+def test_priors_split_every_core_at_the_largest_batch_in_each_precision() -> None:
+    options = SpaceOptions(precisions=("fp32", "int8"), max_batch_cap=128)
+    space = build_space(_config("digits"), Platform(cpu_count=4), options)
+    informed = [c.key for c in space.prior_candidates() if c["max_batch_size"] == 128]
+    assert informed == [
+        f"mbs=128,db=on,pbs=none,delay=0,inst={inst},thr={thr},prec={prec}"
+        for prec in ("fp32", "int8")
+        for inst, thr in ((1, 4), (2, 2), (3, 1), (4, 1))
+    ]
 
 
 def test_model_values_outside_the_space_are_snapped() -> None:
