@@ -27,8 +27,9 @@ from analyzer.profiler.sweep import REQUEST_RATE
 
 MIX_MODEL = "mix"  # the model name of the combined measurement
 # Without a start rate, the search starts where every model gets this many requests per
-# measurement window: fewer make a percentile of a handful of samples.
-MIN_REQUESTS_PER_WINDOW = 8
+# measurement window: with fewer, one request more or less in a window moves its throughput
+# past the stability threshold, and a percentile is one of a handful of samples.
+MIN_REQUESTS_PER_WINDOW = 16
 
 # Measures one model of the mix at its own level (its session's `measure_settling`).
 MeasureModel = Callable[[LoadLevel], Awaitable[LevelRun]]

@@ -49,7 +49,7 @@ def test_a_traffic_mix_is_tuned_jointly_and_written_for_both_models(
         *("--model-repository", str(repository)),
         *("--trials", "3"),
         *("--precision", "fp32"),
-        *("--measurement-interval", "300"),
+        *("--measurement-interval", "500"),
         *("--remeasure-top", "0"),
         timeout=300,
     )
