@@ -4,8 +4,11 @@ that picks the winner (the best median throughput whose median percentile is in 
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from analyzer.api import Measurement
@@ -22,6 +25,7 @@ from tuner.remeasure import (
 )
 from tuner.remeasure_result import RemeasuredCandidate, RemeasureResult
 from tuner.report.console import print_summary
+from tuner.run import TuneOptions, search_time_left
 from tuner.run_schema import PlatformInfo, RunSummary
 from tuner.search_types import TrialOutcome, TrialRecord
 from tuner.server_control import ServerError
@@ -228,3 +232,25 @@ def test_no_candidate_holding_the_budget_leaves_no_best() -> None:
     summary = with_remeasure(_summary(trials), remeasured)
     assert summary.best is None and summary.exit_code == 3
     assert isinstance(summary.remeasure, RemeasureResult) and summary.remeasure.winner is None
+
+
+def test_the_search_leaves_the_re_measure_its_time_at_most_a_third() -> None:
+    started = time.monotonic()
+    on = TuneOptions(Path("repo"), BUDGET, remeasure=RemeasureSettings(top=3, repeats=3))
+    off = TuneOptions(Path("repo"), BUDGET, remeasure=RemeasureSettings(top=0))
+    reserve = on.remeasure.reserve_s()  # 3 x 3 x (4 one-second windows + a load)
+    assert reserve == 3 * 3 * 4.5
+    long_left = search_time_left(on, Duration.from_s(600), started)
+    assert long_left is not None and 600 - reserve - 1 < long_left.s <= 600 - reserve
+    short_left = search_time_left(on, Duration.from_s(30), started)
+    assert short_left is not None and 19 < short_left.s <= 20
+    off_left = search_time_left(off, Duration.from_s(30), started)
+    assert off_left is not None and off_left.s > 29
+    assert search_time_left(on, None, started) is None
+
+
+def test_bad_settings_name_their_flag() -> None:
+    with pytest.raises(ValueError, match="--remeasure-repeats"):
+        RemeasureSettings(top=1, repeats=0)
+    with pytest.raises(ValueError, match="--remeasure-top"):
+        RemeasureSettings(top=-1)
