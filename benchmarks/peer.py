@@ -148,9 +148,11 @@ def check_outputs(
     model: str,
     inputs: Mapping[str, np.ndarray],
     expected: Mapping[str, np.ndarray],
+    tolerance: float = 0.0,
 ) -> None:
-    """One request through tritonclient; every expected output must come back equal (a peer
-    that sends empty outputs fails here, not silently in perf_analyzer)."""
+    """One request through tritonclient; every expected output must come back equal, or
+    within `tolerance` (absolute and relative) for floating-point models (a peer that sends
+    empty outputs fails here, not silently in perf_analyzer)."""
     client_module = grpcclient if protocol == "grpc" else httpclient
     tensors = []
     for name, value in inputs.items():
@@ -168,7 +170,11 @@ def check_outputs(
         client.close()
     for name, want in expected.items():
         got = result.as_numpy(name)
-        if got is None or got.shape != want.shape or not np.array_equal(got, want):
+        if (
+            got is None
+            or got.shape != want.shape
+            or not np.allclose(got, want, rtol=tolerance, atol=tolerance)
+        ):
             raise SystemExit(
                 f"{server.name} over {protocol}: {model}: {name} is {got!r}, expected {want!r}"
                 f"\n{log_tail(server.log)}"

@@ -1,0 +1,415 @@
+"""NVIDIA Triton Model Analyzer 1.58 on the tuner's benchmark models and budgets, on Triton 2.51.
+
+The other half of benchmarks/tuner_quality.py: the same models and p95 budgets (digits <= 10 ms,
+resnet18 <= 150 ms), searched by the tool users would pick instead. For each model and mode
+(`quick`, `optuna`) it prints and writes to benchmarks/results/model_analyzer-<model>-<mode>.json:
+the best feasible throughput (the highest perf_throughput among Model Analyzer's measurements
+whose p95 meets the budget), the configs and measurements it took, its wall time and the winning
+config; `load_results(model)` reads them back for tuner_quality.py.
+
+How Model Analyzer runs here:
+- Triton 2.51 from the nvidia-pytriton wheel has no onnxruntime backend, so each model is a
+  python model running the same model.onnx on onnxruntime (a batch of requests joined into one
+  session run, as our onnxruntime backend does; `intra_op_thread_count` from the config's
+  parameters), with the bundled config.pbtxt otherwise unchanged (max_batch_size, inputs,
+  dynamic batching, one CPU instance). Triton is started once with that repository and every
+  model checked with tritonclient against in-process onnxruntime before Model Analyzer runs.
+- `model-analyzer profile` with triton_launch_mode local (it starts the Triton wrapper of
+  scripts/install_triton_peer.sh itself, on free 127.0.0.1 ports), perf_analyzer 2.51
+  (scripts/install_perf_analyzer.sh), cpu_only, objective perf_throughput, the budget as
+  constraint `perf_latency_p95: {max: ms}`, each run in a scratch folder (its output
+  repository, checkpoints, results CSVs and summary report) deleted afterwards unless --keep.
+  The wall time includes its summary step (which writes the CSVs read here: a few seconds);
+  the detailed reports are skipped. "configs" counts the model configs it measured (its
+  default included), "measured" the rows of its results CSV (one per config and concurrency).
+- Search spaces, Model Analyzer's defaults for a single model:
+  quick: hill climbing from max_batch_size 1, one instance over max_batch_size (powers of two,
+  no upper bound) x instance count (1, 2, 3, ..., no upper bound), dynamic batching on,
+  concurrency 2 x max_batch_size x instances; then its top 3 configs (and the default) swept
+  over concurrency 1..1024 (powers of two, then a binary search at the constraint boundary).
+  optuna: TPE over max_batch_size 1..128 (powers of two) x instances 1..5 x concurrency
+  1..1024 (powers of two), 440 points; 5-10% of them as trials (at least 20, at most 200),
+  stopping after 10 trials without improvement; then the same concurrency sweep of the top 3.
+  Neither searches intra_op_thread_count, queue delay, preferred batch size or precision.
+
+Full run (long: tens of minutes; a quiet machine, nothing else running):
+    python benchmarks/model_analyzer_side.py
+Smoke run (digits, a handful of configs, to prove the path; writes to a temporary folder):
+    python benchmarks/model_analyzer_side.py --smoke --models digits --output /tmp/ma-smoke
+
+Installs on first use: scripts/install_model_analyzer.sh, install_triton_peer.sh and
+install_perf_analyzer.sh (all under .cache/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from google.protobuf import text_format
+from peer import ROOT, check_outputs, free_port, install, python_model, run_main, triton
+from tritonclient.grpc import model_config_pb2 as mc
+
+from common.atomic import write_text_atomic
+from common.serve_process import die_with_parent
+from gate.machine import describe_machine
+
+BUDGETS_MS = {"digits": 10.0, "resnet18": 150.0}
+MODES = ("quick", "optuna")
+RESULTS = ROOT / "benchmarks" / "results"
+MODEL_ANALYZER = "triton-model-analyzer 1.58.0"
+TRITON = "tritonserver 2.51.0 (nvidia-pytriton 0.7.0), python backend"
+# What --smoke changes in Model Analyzer's settings: a few small configs, low concurrency
+# (its default config still runs at 2 x max_batch_size x instances), 1 s time windows stable
+# within 50% (by default it enlarges its windows whenever they are not stable within 10%).
+SMOKE_SHARED: dict[str, Any] = {
+    "run_config_search_max_model_batch_size": 4,
+    "run_config_search_max_instance_count": 1,
+    "run_config_search_max_concurrency": 8,
+    "num_configs_per_model": 1,
+    "perf_analyzer_flags": {
+        "measurement-mode": "time_windows",
+        "measurement-interval": 1000,
+        "stability-percentage": 50,
+    },
+}
+SMOKE_SETTINGS: dict[str, dict[str, Any]] = {
+    "quick": SMOKE_SHARED,
+    "optuna": {
+        **SMOKE_SHARED,
+        "optuna_min_trials": 2,
+        "optuna_max_trials": 3,
+        "concurrency_sweep_disable": True,
+    },
+}
+
+# onnxruntime inside Triton's python backend. The stub puts its working directory first on
+# sys.path (numpy 1.26 there: this backend build sends numpy 2 outputs as 0 bytes) and ignores
+# PYTHONPATH, so onnxruntime's site-packages is appended here.
+ORT_MODEL = '''"""onnxruntime on the CPU inside Triton's python backend."""
+
+import sys
+
+sys.path.append({site_packages!r})
+
+import json
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        options = ort.SessionOptions()
+        threads = config.get("parameters", {{}}).get("intra_op_thread_count", {{}})
+        if threads.get("string_value"):
+            options.intra_op_num_threads = int(threads["string_value"])
+        path = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.input = config["input"][0]["name"]
+        self.outputs = [output["name"] for output in config["output"]]
+
+    def execute(self, requests):
+        arrays = [
+            pb_utils.get_input_tensor_by_name(request, self.input).as_numpy()
+            for request in requests
+        ]
+        results = self.session.run(self.outputs, {{self.input: np.concatenate(arrays)}})
+        responses, start = [], 0
+        for array in arrays:
+            end = start + len(array)
+            tensors = [
+                pb_utils.Tensor(name, np.ascontiguousarray(result[start:end]))
+                for name, result in zip(self.outputs, results)
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            start = end
+        return responses
+'''
+
+
+def bundled_config(model: str) -> mc.ModelConfig:
+    path = ROOT / "model_repository" / model / "config.pbtxt"
+    return text_format.Parse(path.read_text(), mc.ModelConfig())
+
+
+def write_triton_repository(models: list[str], destination: Path) -> None:
+    """Each model as a python model on onnxruntime, its config otherwise as bundled (the files
+    beside it, e.g. labels.txt, copied too)."""
+    source = ORT_MODEL.format(site_packages=str(Path(ort.__file__).resolve().parents[1]))
+    for model in models:
+        bundled, folder = ROOT / "model_repository" / model, destination / model
+        python_model(bundled_config(model), source, folder)
+        shutil.copy(bundled / "1" / "model.onnx", folder / "1")
+        for path in bundled.iterdir():
+            if path.is_file() and path.name != "config.pbtxt":
+                shutil.copy(path, folder)
+
+
+def reference(model: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Two random rows for `model` and the outputs in-process onnxruntime gives them."""
+    config = bundled_config(model)
+    (tensor,) = config.input
+    rng = np.random.default_rng(0)
+    batch = rng.standard_normal((2, *tensor.dims)).astype(np.float32)
+    options = ort.SessionOptions()
+    if "intra_op_thread_count" in config.parameters:
+        threads = config.parameters["intra_op_thread_count"].string_value
+        options.intra_op_num_threads = int(threads)
+    session = ort.InferenceSession(
+        str(ROOT / "model_repository" / model / "1" / "model.onnx"), options
+    )
+    names = [output.name for output in config.output]
+    outputs = session.run(names, {tensor.name: batch})
+    return {tensor.name: batch}, dict(zip(names, outputs, strict=True))
+
+
+def check_peer(wrapper: Path, repository: Path, models: list[str], scratch: Path) -> None:
+    with triton(wrapper, repository, scratch / "check-triton.log") as server:
+        for model in models:
+            inputs, expected = reference(model)
+            for protocol in ("grpc", "http"):
+                check_outputs(server, protocol, model, inputs, expected, tolerance=1e-4)
+    print(f"triton: {', '.join(models)} answer as in-process onnxruntime (grpc and http)")
+
+
+def profile_config(
+    model: str, mode: str, repository: Path, run_dir: Path, paths: dict[str, Path], smoke: bool
+) -> dict[str, Any]:
+    """Model Analyzer's profile config (JSON is YAML) for one model and search mode."""
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    config: dict[str, Any] = {
+        "model_repository": str(repository),
+        "output_model_repository_path": str(run_dir / "output_model_repository"),
+        "override_output_model_repository": True,
+        "checkpoint_directory": str(run_dir / "checkpoints"),
+        "export_path": str(run_dir / "export"),
+        "run_config_search_mode": mode,
+        "triton_launch_mode": "local",
+        "triton_server_path": str(paths["triton"]),
+        "triton_output_path": str(run_dir / "triton.log"),
+        "triton_http_endpoint": f"127.0.0.1:{http}",
+        "triton_grpc_endpoint": f"127.0.0.1:{grpc}",
+        "triton_metrics_url": f"http://127.0.0.1:{metrics}/metrics",
+        "triton_server_flags": {
+            "http-address": "127.0.0.1",
+            "grpc-address": "127.0.0.1",
+            "metrics-address": "127.0.0.1",
+        },
+        "perf_analyzer_path": str(paths["perf_analyzer"]),
+        # The summary step writes the results CSVs read here; the detailed reports are skipped.
+        "skip_detailed_reports": True,
+        "objectives": {"perf_throughput": 10},
+        "inference_output_fields": [
+            "model_name",
+            "batch_size",
+            "concurrency",
+            "model_config_path",
+            "instance_group",
+            "max_batch_size",
+            "satisfies_constraints",
+            "perf_throughput",
+            "perf_latency_p95",
+            "perf_latency_p99",
+        ],
+        "profile_models": {
+            model: {
+                "cpu_only": True,
+                "constraints": {"perf_latency_p95": {"max": BUDGETS_MS[model]}},
+            }
+        },
+    }
+    if smoke:
+        config.update(SMOKE_SETTINGS[mode])
+    return config
+
+
+def run_profile(command: Path, config: dict[str, Any], run_dir: Path) -> float:
+    """`model-analyzer profile` with `config`; its wall time in seconds."""
+    config_path = run_dir / "config.yaml"
+    config_path.write_text(json.dumps(config, indent=2))
+    log = run_dir / "model-analyzer.log"
+    started = time.monotonic()
+    with log.open("wb") as out:
+        result = subprocess.run(
+            [str(command), "profile", "-f", str(config_path)],
+            cwd=run_dir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
+    seconds = time.monotonic() - started
+    if result.returncode != 0:
+        tail = log.read_text(errors="replace")[-4000:]
+        raise SystemExit(f"model-analyzer profile failed ({result.returncode}):\n{tail}")
+    return seconds
+
+
+def read_measurements(run_dir: Path) -> list[dict[str, Any]]:
+    """Every measurement of metrics-model-inference.csv (one row per config and concurrency)."""
+    path = run_dir / "export" / "results" / "metrics-model-inference.csv"
+    if not path.is_file():
+        tail = (run_dir / "model-analyzer.log").read_text(errors="replace")[-4000:]
+        raise SystemExit(f"Model Analyzer wrote no {path}:\n{tail}")
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return [
+        {
+            "config": row["Model Config Path"],
+            "concurrency": int(row["Concurrency"]),
+            "max_batch_size": int(row["Max Batch Size"]),
+            "instance_group": row["Instance Group"],
+            "throughput": float(row["Throughput (infer/sec)"]),
+            "p95_ms": float(row["p95 Latency (ms)"]),
+            "p99_ms": float(row["p99 Latency (ms)"]),
+            "satisfies_constraints": row["Satisfies Constraints"].strip() == "Yes",
+        }
+        for row in rows
+    ]
+
+
+def winning_config(run_dir: Path, variant: str) -> str:
+    """The winning variant's config.pbtxt as Model Analyzer wrote it."""
+    path = run_dir / "output_model_repository" / variant / "config.pbtxt"
+    return path.read_text() if path.is_file() else f"(no {path.name} for {variant})"
+
+
+def summarize(
+    model: str, mode: str, run_dir: Path, seconds: float, smoke: bool, config: dict[str, Any]
+) -> dict[str, Any]:
+    measurements = read_measurements(run_dir)
+    budget = BUDGETS_MS[model]
+    feasible = [m for m in measurements if m["p95_ms"] <= budget]
+    best = max(feasible, key=lambda m: m["throughput"], default=None)
+    settings = {key: config[key] for key in SMOKE_SETTINGS[mode] if key in config}
+    return {
+        "model": model,
+        "mode": mode,
+        "budget_p95_ms": budget,
+        "best": best and {**best, "config_pbtxt": winning_config(run_dir, best["config"])},
+        "configs_measured": len({m["config"] for m in measurements}),
+        "measurements": len(measurements),
+        "wall_s": round(seconds, 1),
+        "date": datetime.date.today().isoformat(),
+        "machine": describe_machine(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "smoke": smoke,
+        "settings": settings or "Model Analyzer's defaults",
+        "tools": {"model_analyzer": MODEL_ANALYZER, "server": TRITON},
+        "all_measurements": measurements,
+    }
+
+
+def write_result(result: dict[str, Any], directory: Path) -> Path:
+    path = directory / f"model_analyzer-{result['model']}-{result['mode']}.json"
+    write_text_atomic(path, json.dumps(result, indent=2) + "\n")
+    return path
+
+
+def load_results(model: str, directory: Path = RESULTS) -> list[dict[str, Any]]:
+    """Model Analyzer's recorded runs for `model`, one dict per mode (quick before optuna), as
+    `summarize` wrote them: model, mode, budget_p95_ms, best (None, or config, concurrency,
+    max_batch_size, instance_group, throughput, p95_ms, p99_ms, satisfies_constraints,
+    config_pbtxt), configs_measured, measurements, wall_s, date, machine, load_average_1m, smoke,
+    settings, tools, all_measurements. Empty when none was recorded."""
+    results = []
+    for mode in MODES:
+        path = directory / f"model_analyzer-{model}-{mode}.json"
+        if path.is_file():
+            results.append(json.loads(path.read_text()))
+    return results
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    print()
+    print(
+        f"{'model':<10} {'mode':<7} {'budget':>7} {'best infer/s':>12} {'p95 ms':>7} "
+        f"{'configs':>7} {'measured':>8} {'wall s':>7}  winner"
+    )
+    for r in results:
+        best = r["best"]
+        rate = f"{best['throughput']:.1f}" if best else "none"
+        p95 = f"{best['p95_ms']:.2f}" if best else "-"
+        winner = (
+            f"max_batch_size {best['max_batch_size']}, {best['instance_group']}, "
+            f"concurrency {best['concurrency']}"
+            if best
+            else "no measurement met the budget"
+        )
+        print(
+            f"{r['model']:<10} {r['mode']:<7} {r['budget_p95_ms']:>5.0f}ms {rate:>12} {p95:>7} "
+            f"{r['configs_measured']:>7} {r['measurements']:>8} {r['wall_s']:>7.0f}  {winner}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(BUDGETS_MS), help="comma-separated")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a few small configs only (see SMOKE_SETTINGS)"
+    )
+    parser.add_argument("--output", type=Path, default=RESULTS, help="folder for the JSON files")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="FOLDER",
+        help="run in this new folder and keep it (Model Analyzer's logs, CSVs, reports)",
+    )
+    args = parser.parse_args()
+    models, modes = args.models.split(","), args.modes.split(",")
+    for name in models:
+        if name not in BUDGETS_MS:
+            parser.error(f"--models: {name!r} is not one of {', '.join(BUDGETS_MS)}")
+    for name in modes:
+        if name not in MODES:
+            parser.error(f"--modes: {name!r} is not one of {', '.join(MODES)}")
+    if not all((ROOT / "model_repository" / m / "1" / "model.onnx").is_file() for m in models):
+        subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "build_model_repository.py")], check=True
+        )
+    paths = {
+        "model_analyzer": install("install_model_analyzer.sh"),
+        "triton": install("install_triton_peer.sh"),
+        "perf_analyzer": install("install_perf_analyzer.sh"),
+    }
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    results = []
+    if args.keep is not None and args.keep.exists():
+        parser.error(f"--keep: {args.keep} already exists")
+    with tempfile.TemporaryDirectory(prefix="model-analyzer-side-") as scratch_name:
+        scratch = Path(scratch_name) if args.keep is None else args.keep.resolve()
+        scratch.mkdir(parents=True, exist_ok=True)
+        repository = scratch / "triton-repository"
+        write_triton_repository(models, repository)
+        check_peer(paths["triton"], repository, models, scratch)
+        for model in models:
+            for mode in modes:
+                run_dir = scratch / f"{model}-{mode}"
+                run_dir.mkdir()
+                config = profile_config(model, mode, repository, run_dir, paths, args.smoke)
+                print(f"{model} {mode}: model-analyzer profile ...", flush=True)
+                seconds = run_profile(paths["model_analyzer"], config, run_dir)
+                result = summarize(model, mode, run_dir, seconds, args.smoke, config)
+                print(f"{model} {mode}: {write_result(result, args.output)}", flush=True)
+                results.append(result)
+    print_table(results)
+
+
+if __name__ == "__main__":
+    run_main(main)
