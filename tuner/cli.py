@@ -43,6 +43,7 @@ from tuner.run import (
     TuneOptions,
     tune_model,
 )
+from tuner.samplers import METHODS
 from tuner.search_types import ProgressEvent
 
 
@@ -120,7 +121,18 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     "(a bare number is seconds).",
 )
 @click.option(
-    "--search", type=click.Choice(["optuna", "grid"]), default="optuna", show_default=True
+    "--search",
+    type=click.Choice(list(METHODS)),
+    default="optuna",
+    show_default=True,
+    help="Search method: optuna (the recommended one: a climb from informed starting points), "
+    "climb, tpe, tpe-flat, gp (needs torch), random, qmc, or grid (every candidate).",
+)
+@click.option(
+    "--patience",
+    type=click.IntRange(min=1),
+    help="Stop a model's search when its best feasible throughput has not grown by more "
+    "than 1% over this many measured trials (default: run all --trials).",
 )
 @click.option(
     "--max-batch-size-cap",
@@ -220,6 +232,7 @@ def main(
     storage: str | None,
     study_name: str | None,
     seed: int,
+    patience: int | None,
     dry_run: bool,
     output_repository: Path | None,
     report_dir: Path,
@@ -255,6 +268,7 @@ def main(
         storage=storage,
         study_name=study_name,
         seed=seed,
+        patience=patience,
         min_throughput=min_throughput,
         dry_run=dry_run,
         output_repository=output_repository,
