@@ -196,6 +196,7 @@ def _listing(trials: list[FrozenTrial]) -> str:
     return "\n".join(
         f"{t.number} {t.state.name} {t.user_attrs.get('key')} "
         f"worker={t.user_attrs.get('worker', {}).get('id')} "
-        f"reused_from={t.user_attrs.get('reused_from')} surplus={t.user_attrs.get('surplus')}"
+        f"reused_from={t.user_attrs.get('reused_from')} surplus={t.user_attrs.get('surplus')} "
+        f"outcome={str(t.user_attrs.get('outcome'))[:300]}"
         for t in trials
     )
