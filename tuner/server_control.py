@@ -9,6 +9,8 @@ For a pipeline the scratch repository holds the ensemble and each composing mode
 config.pbtxt copied, so that whatever the server loads on its own is the config as written);
 a trial reloads each composing model with its candidate config, and the ensemble, loaded once,
 calls whatever is loaded at request time.
+For a traffic mix it holds every model of the mix the same way (the first as `model_dir`,
+the others as `composing`); a trial reloads the models whose config changed.
 """
 
 from __future__ import annotations
