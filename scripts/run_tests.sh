@@ -3,9 +3,10 @@
 #   1. the project with its `test` extra (torch pinned so pip takes the CPU wheel);
 #   2. NVIDIA's perf_analyzer 2.51 under .cache/perf_analyzer (scripts/install_perf_analyzer.sh);
 #   3. Debian's chromium and chromium-driver for the HTML report tests, when they are missing;
-#   4. pytest, with any arguments given to this script.
+#   4. Debian's postgresql for the several-workers test (scripts/postgres.sh), when it is missing;
+#   5. pytest, with any arguments given to this script.
 # Installs into the Python that runs it (`python3`, or $PYTHON); needs root (or sudo) only when
-# Chromium must be installed.
+# Chromium or PostgreSQL must be installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -35,6 +36,9 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q \
         chromium chromium-driver >/dev/null
 fi
+
+log "installing Debian's postgresql when it is missing"
+bash scripts/postgres.sh install
 
 log "running the tests"
 exec "$PYTHON" -m pytest "$@"
