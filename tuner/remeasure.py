@@ -241,12 +241,6 @@ def with_remeasure(summary: RunSummary, remeasured: Remeasured | None) -> RunSum
     as_written = summary.as_written
     if as_written is not None and as_written.number in outcomes:
         as_written = replace(as_written, outcome=outcomes[as_written.number])
-    else:
-        measured_as_written = next((c for c in result.candidates if c.as_written), None)
-        if measured_as_written is not None and measured_as_written.trial in outcomes:
-            record = by_number.get(measured_as_written.trial)
-            if record is not None:
-                as_written = replace(record, outcome=outcomes[record.number])
     return replace(summary, best=best, as_written=as_written, remeasure=result)
 
 
