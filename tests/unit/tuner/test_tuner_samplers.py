@@ -19,6 +19,7 @@ from tests.conftest import BUNDLED_REPOSITORY
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
 from tuner.duration import Duration
+from tuner.pipeline_space import PipelineSpace
 from tuner.samplers import METHODS, ClimbSampler, make_sampler
 from tuner.samplers_replay import Measured, replay, table_optimum
 from tuner.search import run_search
@@ -224,3 +225,27 @@ def test_two_climbing_workers_split_one_study(tmp_path: Path) -> None:
     measured = [t for t in result.trials if t.outcome is not None and t.reused_from is None]
     assert len(measured) == 14
     assert len({t.worker for t in measured}) == 2
+
+
+def test_the_climb_walks_a_pipelines_joint_space() -> None:
+    def step(model: str) -> SearchSpace:
+        base = read_config_file(BUNDLED_REPOSITORY / model / "config.pbtxt")
+        options = SpaceOptions(precisions=("fp32",), delays_us=(0, 500), tune_preferred=False)
+        return build_space(base, Platform(cpu_count=2), options)
+
+    space = PipelineSpace("pipe", (step("digits"), step("add_sub_py")))
+    sampler = ClimbSampler(space, settings(), seed=0)
+    start = space.prior_candidates()[0]
+    neighbours = sampler.neighbours(start)
+    assert neighbours and all(c in space for c in neighbours)
+    # one decision of one step moved: the other step's part is unchanged
+    for candidate in neighbours:
+        changed = [m for m, part in space.split(candidate).items() if part != space.split(start)[m]]
+        assert len(changed) == 1
+
+    def evaluate(candidate: Candidate, _context: TrialContext) -> TrialOutcome:
+        return TrialOutcome("ok", 100.0 + len(candidate.key), 1_000.0)
+
+    result = run_search(space, evaluate, settings(n_trials=12, method="climb"))
+    measured = [t for t in result.trials if t.outcome and t.reused_from is None]
+    assert len(measured) == 12 and all(t.candidate in space for t in measured)
