@@ -60,9 +60,13 @@ def headline(result: RemeasureResult) -> str:
 
 
 def verdict(result: RemeasureResult, candidate: RemeasuredCandidate) -> str:
-    if candidate.trial == result.winner:
-        return "winner"
-    return candidate.message or "held the budget"
+    """ "winner", "held the budget" or why it was dropped; and how many repeats settled when
+    some did not (their figure is then their last windows merged)."""
+    text = "winner" if candidate.trial == result.winner else candidate.message or "held the budget"
+    settled, repeats = sum(candidate.stable), len(candidate.stable)
+    if settled < repeats:
+        text += f" ({settled} of {repeats} repeats settled)"
+    return text
 
 
 def print_remeasure(summary: RunSummary, console: Console) -> None:
