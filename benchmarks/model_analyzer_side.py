@@ -23,16 +23,21 @@ How Model Analyzer runs here:
   the detailed reports are skipped. "configs" counts the model configs it measured (its
   default included), "measured" the rows of its results CSV (one per config and concurrency).
 - Search spaces, Model Analyzer's defaults for a single model:
-  quick: hill climbing from max_batch_size 1, one instance over max_batch_size (powers of two,
-  no upper bound) x instance count (1, 2, 3, ..., no upper bound), dynamic batching on,
-  concurrency 2 x max_batch_size x instances; then its top 3 configs (and the default) swept
-  over concurrency 1..1024 (powers of two, then a binary search at the constraint boundary).
-  optuna: TPE over max_batch_size 1..128 (powers of two) x instances 1..5 x concurrency
-  1..1024 (powers of two), 440 points; 5-10% of them as trials (at least 20, at most 200),
-  stopping after 10 trials without improvement; then the same concurrency sweep of the top 3.
+  quick: its default config first (the config as written, at concurrency 2 x max_batch_size
+  x instances), then hill climbing from max_batch_size 1, one instance over max_batch_size
+  (powers of two, no upper bound) x instance count (1, 2, 3, ..., no upper bound), dynamic
+  batching on, concurrency 2 x max_batch_size x instances, a step kept only when it meets the
+  constraint (or comes closer to it); then its top 3 configs (and the default) swept over
+  concurrency 1..1024 (powers of two, then a binary search at the constraint boundary).
+  optuna: its default config first, then TPE over max_batch_size 1..128 (powers of two) x
+  instances 1..5 x concurrency 1..1024 (powers of two), 440 points, dynamic batching on; 22 to
+  44 trials (5-10% of the space), ending early after 10 trials without improvement once 22
+  are done; then the same concurrency sweep of its top 3. Its score is the throughput gain
+  over the default config: the budget is not in it (it only ranks the top configs).
   Neither searches intra_op_thread_count, queue delay, preferred batch size or precision.
 
-Full run (long: tens of minutes; a quiet machine, nothing else running):
+Full run (long: every config is a model reload and several perf_analyzer runs; on a quiet
+machine, nothing else running):
     python benchmarks/model_analyzer_side.py
 Smoke run (digits, a handful of configs, to prove the path; writes to a temporary folder):
     python benchmarks/model_analyzer_side.py --smoke --models digits --output /tmp/ma-smoke
