@@ -27,7 +27,7 @@ from tests.conftest import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "scripts" / "postgres.sh"
 STUDY = "shared-simple"
-TRIALS = 6
+TRIALS = 4
 
 
 def _free_port() -> int:
