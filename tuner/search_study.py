@@ -85,7 +85,10 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage | None:
         except ImportError as exc:
             raise SearchError(_missing_driver(url, exc)) from None
         except ArgumentError as exc:  # no such kind of database
-            raise SearchError(f"study storage {shown} is not a usable storage URL: {exc}") from None
+            hint = " (PostgreSQL's is postgresql://)" if parsed.drivername == "postgres" else ""
+            raise SearchError(
+                f"study storage {shown} is not a usable storage URL{hint}: {exc}"
+            ) from None
         except SQLAlchemyError as exc:
             # Two workers creating the tables of a new study storage at once: one of them loses.
             if attempt == 4:
