@@ -223,14 +223,15 @@ class ClimbSampler(optuna.samplers.BaseSampler):
         priors = self.space.prior_candidates()
         return dict(priors[0]) if priors else {}
 
-    def _standing(self, record: TrialRecord) -> tuple[bool, float, int]:
-        """Feasible before infeasible; then throughput, or how little the limits are
-        exceeded; earlier trials first among equals."""
+    def _standing(self, record: TrialRecord) -> tuple[bool, float, float, int]:
+        """Feasible before infeasible; then how little the limits are exceeded (nothing for
+        a feasible one, or one pruned within them), then throughput; earlier trials first
+        among equals."""
         assert record.outcome is not None
-        if record.feasible:
-            return (True, record.outcome.throughput, -record.number)
-        over = sum(max(v, 0.0) for v in self.settings.constraints(record.outcome).values())
-        return (False, -over, -record.number)
+        over = 0.0
+        if not record.feasible:
+            over = sum(max(v, 0.0) for v in self.settings.constraints(record.outcome).values())
+        return (record.feasible, -over, record.outcome.throughput, -record.number)
 
 
 def _moves(value: ParamValue, choices: Sequence[ParamValue]) -> list[ParamValue]:

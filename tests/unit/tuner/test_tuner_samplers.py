@@ -17,7 +17,7 @@ import pytest
 from serve.config.model_config import read_config_file
 from tests.conftest import BUNDLED_REPOSITORY
 from tuner.budget import LatencyBudget
-from tuner.candidate import Candidate
+from tuner.candidate import Candidate, ParamValue
 from tuner.duration import Duration
 from tuner.pipeline_space import PipelineSpace
 from tuner.samplers import METHODS, ClimbSampler, make_sampler
@@ -148,10 +148,8 @@ def test_climb_neighbours_are_one_decision_away() -> None:
     assert len(keys) == 8
     assert all(c in space for c in sampler.neighbours(start))
     # batching back on takes the model's own max_batch_size
-    off = Candidate(
-        {"dynamic_batching": False, "instance_count": 2, "instance_kind": "KIND_CPU"}
-        | {"intra_op_thread_count": 1, "precision": "int8"}
-    )
+    values: dict[str, ParamValue] = {"dynamic_batching": False, "instance_kind": "KIND_CPU"}
+    off = Candidate(values | {"instance_count": 2, "intra_op_thread_count": 1, "precision": "int8"})
     assert "mbs=64,db=on,pbs=none,delay=0,inst=2,thr=1,prec=int8" in {
         c.key for c in sampler.neighbours(off)
     }
