@@ -27,6 +27,9 @@ from tests.conftest import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "scripts" / "postgres.sh"
 STUDY = "shared-simple"
+# The server's set-up installs Debian's package when it is missing (scripts/run_tests.sh does
+# that before the tests): minutes, within the first test's time.
+pytestmark = pytest.mark.timeout(900)
 TRIALS = 4
 
 
@@ -56,9 +59,11 @@ def postgres_url() -> Iterator[str]:
         # Installing Debian's package, when missing, takes minutes: hence the long timeout.
         yield _script("start", str(folder), str(_free_port()), timeout=900)
     finally:
-        if (folder / "data" / "PG_VERSION").exists():
-            _script("stop", str(folder))
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            if (folder / "data" / "PG_VERSION").exists():
+                _script("stop", str(folder))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -117,8 +122,12 @@ def shared_study(
     finally:
         for process in processes:
             if process.poll() is None:
-                process.kill()
-                process.wait()
+                process.terminate()  # autotune stops its tuning server on SIGTERM
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
     return SharedStudy(postgres_url, finished)
 
 
