@@ -49,11 +49,13 @@ install_perf_analyzer.sh (all under .cache/).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,6 +76,7 @@ from gate.machine import describe_machine
 BUDGETS_MS = {"digits": 10.0, "resnet18": 150.0}
 MODES = ("quick", "optuna")
 RESULTS = ROOT / "benchmarks" / "results"
+GROUP_STOP_GRACE_S = 40.0
 MODEL_ANALYZER = "triton-model-analyzer 1.58.0"
 TRITON = "tritonserver 2.51.0 (nvidia-pytriton 0.7.0), python backend"
 # What --smoke changes in Model Analyzer's settings: a few small configs, low concurrency
@@ -250,19 +253,48 @@ def run_profile(command: Path, config: dict[str, Any], run_dir: Path) -> float:
     config_path.write_text(json.dumps(config, indent=2))
     log = run_dir / "model-analyzer.log"
     started = time.monotonic()
+    # A session of its own: Model Analyzer starts tritonserver and perf_analyzer, which a
+    # signal to it alone would leave running, so the whole group is stopped.
     with log.open("wb") as out:
-        result = subprocess.run(
+        process = subprocess.Popen(
             [str(command), "profile", "-f", str(config_path)],
             cwd=run_dir,
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=die_with_parent,
         )
+    try:
+        returncode = process.wait()
+    finally:
+        stop_group(process)
     seconds = time.monotonic() - started
-    if result.returncode != 0:
+    if returncode != 0:
         tail = log.read_text(errors="replace")[-4000:]
-        raise SystemExit(f"model-analyzer profile failed ({result.returncode}):\n{tail}")
+        raise SystemExit(f"model-analyzer profile failed ({returncode}):\n{tail}")
     return seconds
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to what is left of the process group `process` leads, SIGKILL after a grace
+    period (tritonserver waits up to 30 s for requests in flight)."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:  # the group ended with Model Analyzer
+        process.wait()
+        return
+    deadline = time.monotonic() + GROUP_STOP_GRACE_S
+    while time.monotonic() < deadline:
+        process.poll()  # reaped, Model Analyzer itself no longer counts as a member
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def read_measurements(run_dir: Path) -> list[dict[str, Any]]:
