@@ -1,87 +1,395 @@
-"""How close the Optuna search gets to the exhaustive grid, from one run.
+"""How close each search method gets to the exhaustive grid's best, on the full search space.
 
-For `digits` (budget p95 <= 10 ms) and `resnet18` (p95 <= 150 ms), on the same narrowed search
-space (fp32; queue delay 0 or 1 ms; no preferred sizes; every max_batch_size, instance and
-thread count), it runs the exhaustive grid, then Optuna with N trials, each against a fresh
-private server on a scratch copy of the model, and prints both best feasible throughputs,
-their ratio and the trials each used. Nothing is written back (dry run).
+For `digits` (p95 <= 10 ms) and `resnet18` (p95 <= 150 ms) on this machine's full space (every
+instance and thread count, fp32/fp16/int8, batching on/off, max_batch_size 2..128, six queue
+delays, preferred sizes), in three steps:
 
-    python benchmarks/tuner_quality.py [--trials 10] [--models digits,resnet18]
+1. The exhaustive grid, measured once (a trial per candidate, against a private server on a
+   scratch copy of the model, nothing written back) and cached in benchmarks/results/: an
+   Optuna study in a SQLite file, so `--grid-minutes` runs it in chunks across sessions;
+   once every candidate is measured, a JSON with the date, the machine, the model's SHA-256,
+   the budget, the space, every candidate's outcome and trial seconds. Each candidate is
+   measured in full (no short first pass, no pruning), so the wall times estimated from it
+   are upper bounds of a run with the cheaper trials. Hours per model on 2 cores: run it on
+   a quiet machine.
+2. Each method replayed over `--seeds` seeds against the cached grid (a tabular benchmark: a
+   trial looks its candidate up in the grid, so every method sees the same measurements), at
+   most `--share` of the grid's trials each, with `--patience`. Wall time is ESTIMATED from the
+   grid's trial seconds of the candidates a run measured.
+3. `--remeasure-repeats N`: each method's most frequent winner re-measured live, interleaved
+   with the grid's winner (A, B, A, B, N rounds, tuner/remeasure.py's windows).
+
+It prints per model and method: best feasible throughput / the grid's best, trials / grid
+size, estimated wall time (median and range over seeds, and the mean ratio, which the goal
+is about: >= 0.98 in <= 15% of the grid), then the live re-measure's ratios.
+`--live METHOD` runs one method live instead, one seed, real wall time.
+
+    python benchmarks/tuner_quality.py --models digits --grid-minutes 30   # grid, resumable
+    python benchmarks/tuner_quality.py                                      # replay
+    python benchmarks/tuner_quality.py --remeasure-repeats 3
+    python benchmarks/tuner_quality.py --live optuna --models digits
+    python benchmarks/tuner_quality.py --narrow --max-batch-size-cap 8      # a small smoke run
+
+Model Analyzer's rows (its quick and optuna modes on Triton, same models and budgets) come
+from benchmarks/model_analyzer_side.py and go beside these in docs/tuner.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import platform
 import shutil
-import subprocess
-import sys
+import statistics
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
+import optuna
+
+from common.atomic import write_text_atomic
+from common.cpu import usable_cpu_count
+from serve.api import open_model_directory
 from tuner.budget import LatencyBudget
-from tuner.run import Hooks, TuneOptions, tune_model
-from tuner.space import SpaceOptions
+from tuner.candidate import variant_filename
+from tuner.duration import Duration
+from tuner.evaluate import TrialEvaluator
+from tuner.remeasure import RemeasureSettings, remeasure, server_measurer
+from tuner.run import (
+    Hooks,
+    TuneOptions,
+    fingerprint_of,
+    model_space,
+    prepare_model_variants,
+    tune_model,
+)
+from tuner.samplers import METHODS
+from tuner.samplers_replay import Measured, ReplayRun, replay, table_optimum
+from tuner.search_study import CANDIDATE, KEY, OUTCOME, sqlite_url
+from tuner.search_types import SearchSettings, TrialOutcome, TrialRecord
+from tuner.server_control import tuning_server
+from tuner.space import Platform, SearchSpace, SpaceOptions
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 BUDGETS = {"digits": "10ms", "resnet18": "150ms"}
-# max_batch_size up to the value each model ships with, as when the figures were first taken.
-MAX_BATCH_SIZE_CAPS = {"digits": 64, "resnet18": 16}
-SPACE = SpaceOptions(delays_us=(0, 1000), tune_preferred=False)
+NARROW = SpaceOptions(delays_us=(0, 1000), tune_preferred=False)
 
 
-def run(model: str, search: str, trials: int, scratch: Path) -> tuple[float, int, float]:
-    """(best feasible throughput or 0, trials measured, seconds)."""
-    repository = scratch / search / "repository"
-    shutil.copytree(ROOT / "model_repository" / model, repository / model)
+@dataclass(frozen=True)
+class Setup:
+    """One model's benchmark: its options, space and cache files."""
+
+    model: str
+    options: TuneOptions
+    space: SearchSpace
+    label: str  # "full", else the smaller space of a smoke run ("narrow-mbs4")
+
+    @property
+    def stem(self) -> Path:
+        return RESULTS / f"tuner_quality-{self.model}-{self.label}"
+
+    @property
+    def grid_study(self) -> str:
+        return f"{self.model}-{self.label}-grid"
+
+    def settings(self, n_trials: int | None = None, patience: int | None = None) -> SearchSettings:
+        return SearchSettings(
+            budget=self.options.budget,
+            study_name=self.model,
+            n_trials=n_trials,
+            patience=patience,
+        )
+
+
+def setup(model: str, args: argparse.Namespace, repository: Path, scratch: Path) -> Setup:
+    narrow = args.narrow
     options = TuneOptions(
         repository=repository,
         budget=LatencyBudget.parse(95, BUDGETS[model]),
         models=(model,),
-        trials=trials,
-        search=search,
-        precisions=("fp32",),
+        precisions=("fp32",) if narrow else ("fp32", "fp16", "int8"),
         dry_run=True,
-        report_dir=scratch / search / "reports",
-        space=SPACE,
-        max_batch_size_cap=MAX_BATCH_SIZE_CAPS[model],
+        report_dir=scratch / "reports",
+        max_batch_size_cap=args.max_batch_size_cap,
+        space=NARROW if narrow else SpaceOptions(),
+        seed=0,
+    )
+    opened = open_model_directory(repository / model)
+    path = opened.model_file()
+    variants = prepare_model_variants(options, repository / model, opened.config, path, Hooks())
+    usable = tuple(v.precision for v in variants if v.usable) or ("fp32",)
+    space = model_space(options, opened.config, path, Platform.detect(), usable)
+    cap = args.max_batch_size_cap
+    label = "full" if not narrow and cap == 128 else f"{'narrow' if narrow else 'all'}-mbs{cap}"
+    return Setup(model, options, space, label)
+
+
+def run_grid(bench: Setup, minutes: float) -> None:
+    """Measure grid points for up to `minutes` (the study resumes where it stopped)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    options = _replace_options(
+        bench.options,
+        search="grid",
+        storage=sqlite_url(bench.stem.with_suffix(".db")),
+        study_name=bench.grid_study,
+        time_budget=Duration.from_s(minutes * 60),
+        remeasure=RemeasureSettings(top=0),
+        # every candidate in full: a first pass pruned against the grid's incumbent would
+        # leave a partial figure no other method's search order would have got
+        evaluation=replace(bench.options.evaluation, first_pass=False),
+    )
+    print(f"{bench.model}: grid of {bench.space.size} candidates, {minutes:g} min this time")
+    tune_model(options, bench.model, options.time_budget, Hooks(note=print))
+
+
+def grid_table(bench: Setup) -> dict[str, Measured]:
+    """The grid study's outcomes by candidate key (the as-written trial under its key, "" when
+    it is no point of the space)."""
+    storage = sqlite_url(bench.stem.with_suffix(".db"))
+    study = optuna.load_study(study_name=bench.grid_study, storage=storage)
+    table: dict[str, Measured] = {}
+    for trial in study.get_trials(deepcopy=False):
+        if OUTCOME not in trial.user_attrs or CANDIDATE not in trial.user_attrs:
+            continue
+        outcome = TrialOutcome.from_json(trial.user_attrs[OUTCOME])
+        seconds = trial.duration.total_seconds() if trial.duration else 0.0
+        table.setdefault(str(trial.user_attrs[KEY]), Measured(outcome, seconds))
+    return table
+
+
+def write_grid_json(bench: Setup, table: dict[str, Measured]) -> Path:
+    opened = open_model_directory(bench.options.repository / bench.model)
+    fingerprint = fingerprint_of(bench.options, opened.config, opened.model_file())
+    key, best = table_optimum(table, bench.settings())
+    document = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpu": _cpu_model(), "cores": usable_cpu_count()},
+        "model": bench.model,
+        "model_sha256": fingerprint["model_sha256"],
+        "budget": bench.options.budget.describe(),
+        "space": bench.space.describe(),
+        "best": {"key": key, "throughput": best},
+        "grid_seconds": sum(m.seconds for m in table.values()),
+        "candidates": [
+            {"key": k, "outcome": m.outcome.to_json(), "seconds": m.seconds}
+            for k, m in table.items()
+        ],
+    }
+    path = bench.stem.with_suffix(".json")
+    write_text_atomic(path, json.dumps(document, indent=1) + "\n")
+    return path
+
+
+def load_grid_json(bench: Setup) -> dict[str, Measured] | None:
+    path = bench.stem.with_suffix(".json")
+    if not path.is_file():
+        return None
+    document = json.loads(path.read_text())
+    table = {
+        c["key"]: Measured(TrialOutcome.from_json(c["outcome"]), float(c["seconds"]))
+        for c in document["candidates"]
+    }
+    missing = [c.key for c in bench.space.grid_points() if c.key not in table]
+    if missing or document["space"] != bench.space.describe():
+        raise SystemExit(
+            f"{path}: made for another space ({len(missing)} of this space's candidates are "
+            "not in it): move it away and run the grid again"
+        )
+    return table
+
+
+def complete(bench: Setup, table: dict[str, Measured]) -> bool:
+    return all(c.key in table for c in bench.space.grid_points())
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    method: str
+    runs: list[ReplayRun]
+    optimum: float
+    grid_size: int
+
+    def ratios(self) -> list[float]:
+        return [r.best_throughput / self.optimum for r in self.runs]
+
+    def winner(self) -> str | None:
+        keys = Counter(r.best_key for r in self.runs if r.best_key)
+        return keys.most_common(1)[0][0] if keys else None
+
+
+def replay_methods(
+    bench: Setup, table: dict[str, Measured], args: argparse.Namespace
+) -> list[MethodRow]:
+    _, optimum = table_optimum(table, bench.settings())
+    n_trials = max(1, math.floor(args.share * bench.space.size))
+    rows = []
+    for method in args.methods.split(","):
+        runs = [
+            replay(bench.space, table, bench.settings(n_trials, args.patience), method, seed)
+            for seed in range(args.seeds)
+        ]
+        rows.append(MethodRow(method, runs, optimum, bench.space.size))
+    return rows
+
+
+def print_rows(model: str, grid_seconds: float, rows: Sequence[MethodRow]) -> None:
+    print(
+        f"\n{model}: median [range] over {len(rows[0].runs)} seeds; wall time estimated "
+        f"from the grid's trial seconds (the grid took {grid_seconds / 60:.0f} min)"
+    )
+    print(f"{'method':<9} {'best/grid':>22} {'mean':>6} {'trials/grid':>22} {'est. wall':>18}")
+    for row in rows:
+        trials = [r.trials / row.grid_size for r in row.runs]
+        wall = [r.seconds / 60 for r in row.runs]
+        print(
+            f"{row.method:<9} {_spread(row.ratios(), '.3f'):>22} "
+            f"{statistics.mean(row.ratios()):>6.3f} {_spread(trials, '.1%'):>22} "
+            f"{_spread(wall, '.1f'):>14} min"
+        )
+
+
+def remeasure_winners(
+    bench: Setup, table: dict[str, Measured], rows: Sequence[MethodRow], repeats: int
+) -> None:
+    """Each method's most frequent winner against the grid's, interleaved, on a live server."""
+    grid_key, _ = table_optimum(table, bench.settings())
+    pairs = {row.method: row.winner() for row in rows}
+    records = {
+        c.key: TrialRecord(i, "COMPLETE", c, table[c.key].outcome, True, table[c.key].seconds)
+        for i, c in enumerate(bench.space.grid_points())
+    }
+    settings = RemeasureSettings(top=2, repeats=repeats)
+    model_dir = bench.options.repository / bench.model
+    opened = open_model_directory(model_dir)
+    variants = prepare_model_variants(
+        bench.options, model_dir, opened.config, opened.model_file(), Hooks()
+    )
+    work = Path(tempfile.mkdtemp(prefix="tuner-quality-"))
+    try:
+        with tuning_server(model_dir, work, work / "server.log") as server:
+            for variant in variants:
+                if variant.model_path is not None and variant.precision != "fp32":
+                    name = variant_filename(opened.model_file().name, variant.precision)
+                    for version in opened.versions:
+                        server.add_variant(version, name, variant.model_path)
+            evaluation = bench.options.evaluation.for_model(opened.config)
+            by_precision = {v.precision: v for v in variants}
+            evaluator = TrialEvaluator(
+                opened.config, server, by_precision, bench.options.budget, evaluation
+            )
+            measure = server_measurer(server, evaluation, settings)
+            print(f"\n{bench.model}: winners re-measured live against the grid's ({grid_key})")
+            for method, key in pairs.items():
+                if key is None or key == grid_key:
+                    print(f"{method:<9} {'the grid winner itself' if key else 'no winner'}")
+                    continue
+                result = remeasure(
+                    [records[key], records[grid_key]],
+                    lambda c: server.load(evaluator.config_for(c)),
+                    measure,
+                    bench.options.budget,
+                    settings,
+                    search_best=None,
+                ).result
+                mine, grid = result.candidates
+                if mine.throughput and grid.throughput:
+                    ratio = mine.throughput.median / grid.throughput.median
+                    print(f"{method:<9} {ratio:.3f} (median of {result.rounds} rounds; {key})")
+                else:
+                    print(f"{method:<9} not measured: {mine.message or grid.message}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_live(bench: Setup, table: dict[str, Measured] | None, args: argparse.Namespace) -> None:
+    options = _replace_options(
+        bench.options,
+        search=args.live,
+        trials=max(1, math.floor(args.share * bench.space.size)),
+        patience=args.patience,
+        storage=None,
+        seed=args.live_seed,
     )
     started = time.monotonic()
-    summary = tune_model(options, model, None, Hooks(note=lambda m: print(f"  {m}")))
+    summary = tune_model(options, bench.model, None, Hooks(note=print))
     seconds = time.monotonic() - started
     best = summary.best.outcome.throughput if summary.best and summary.best.outcome else 0.0
-    # a fresh study: every trial with an outcome of its own was measured by this call
     measured = sum(t.outcome is not None and t.reused_from is None for t in summary.trials)
-    return best, measured, seconds
+    grid = table_optimum(table, bench.settings())[1] if table else float("nan")
+    print(
+        f"\n{bench.model} {args.live} (live, seed {args.live_seed}): best {best:,.1f}/s = "
+        f"{best / grid:.3f} of the grid's, {measured} trials "
+        f"({measured / bench.space.size:.1%} of the grid), {seconds / 60:.1f} min"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=10, help="Optuna trials")
     parser.add_argument("--models", default="digits,resnet18")
+    parser.add_argument("--grid-minutes", type=float, help="measure grid points this long")
+    parser.add_argument("--methods", default=",".join(m for m in METHODS if m != "grid"))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--share", type=float, default=0.15, help="trials / grid size at most")
+    parser.add_argument("--patience", type=int, default=30)
+    parser.add_argument("--remeasure-repeats", type=int, default=0)
+    parser.add_argument("--live", choices=[m for m in METHODS if m != "grid"])
+    parser.add_argument("--live-seed", type=int, default=0)
+    parser.add_argument("--narrow", action="store_true", help="fp32, delay 0/1 ms, no preferred")
+    parser.add_argument("--max-batch-size-cap", type=int, default=128)
     args = parser.parse_args()
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "build_model_repository.py")], check=True
-    )
-    rows = []
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     for model in args.models.split(","):
-        with tempfile.TemporaryDirectory() as scratch:
-            print(f"{model}: grid")
-            grid = run(model, "grid", args.trials, Path(scratch))
-            print(f"{model}: optuna, {args.trials} trials")
-            optuna = run(model, "optuna", args.trials, Path(scratch))
-        rows.append((model, grid, optuna))
-    print()
-    print(
-        f"{'model':<10} {'budget':>7} {'grid best':>10} {'trials':>6} {'optuna best':>12} "
-        f"{'trials':>6} {'ratio':>6}"
-    )
-    for model, (g_best, g_trials, g_s), (o_best, o_trials, o_s) in rows:
-        ratio = o_best / g_best if g_best else float("nan")
-        print(
-            f"{model:<10} {BUDGETS[model]:>7} {g_best:>10.1f} {g_trials:>6} {o_best:>12.1f} "
-            f"{o_trials:>6} {ratio:>6.2f}   (grid {g_s:.0f} s, optuna {o_s:.0f} s)"
-        )
+        with tempfile.TemporaryDirectory(prefix="tuner-quality-") as scratch:
+            repository = Path(scratch) / "repository"
+            shutil.copytree(ROOT / "model_repository" / model, repository / model)
+            bench = setup(model, args, repository, Path(scratch))
+            table = load_grid_json(bench)
+            if table is None and args.grid_minutes:
+                run_grid(bench, args.grid_minutes)
+                measured = grid_table(bench)
+                if complete(bench, measured):
+                    print(f"{model}: grid complete: {write_grid_json(bench, measured)}")
+                    table = measured
+                else:
+                    done = sum(c.key in measured for c in bench.space.grid_points())
+                    print(f"{model}: grid {done}/{bench.space.size}; run again to go on")
+            if args.live:
+                run_live(bench, table, args)
+                continue
+            if table is None:
+                print(f"{model}: no complete grid in {RESULTS} yet (--grid-minutes to run it)")
+                continue
+            if table_optimum(table, bench.settings())[1] <= 0:
+                print(f"{model}: no candidate of the grid met the budget: nothing to compare")
+                continue
+            rows = replay_methods(bench, table, args)
+            print_rows(model, sum(m.seconds for m in table.values()), rows)
+            if args.remeasure_repeats:
+                remeasure_winners(bench, table, rows, args.remeasure_repeats)
+
+
+def _replace_options(options: TuneOptions, **changes: object) -> TuneOptions:
+    return replace(options, **changes)  # type: ignore[arg-type]
+
+
+def _spread(values: Sequence[float], spec: str) -> str:
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:{spec}} [{low:{spec}}-{high:{spec}}]"
+
+
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
