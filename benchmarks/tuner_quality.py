@@ -285,10 +285,15 @@ def remeasure_winners(
             )
             measure = server_measurer(server, evaluation, settings)
             print(f"\n{bench.model}: winners re-measured live against the grid's ({grid_key})")
+            done: dict[str, str] = {}  # a winner several methods share is measured once
             for method, key in pairs.items():
                 if key is None or key == grid_key:
                     print(f"{method:<9} {'the grid winner itself' if key else 'no winner'}")
                     continue
+                if key in done:
+                    print(f"{method:<9} as {done[key]}")
+                    continue
+                done[key] = method
                 result = remeasure(
                     [records[key], records[grid_key]],
                     lambda c: server.load(evaluator.config_for(c)),
