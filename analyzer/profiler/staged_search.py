@@ -11,9 +11,11 @@ where a config is operated (`search.operating_point`: the lowest load that reach
    not pass, halve it until a level does. Between the last passing and the first failing
    level, at most `max_binary_steps` binary steps, and only when the throughput was still
    growing there (past saturation a level in between adds nothing). A scouted level passes on
-   its percentile and errors alone: short windows need not settle. A level over the limit is
-   scouted once more before it bounds the search (a short window can catch a hiccup of a
-   busy machine); the second measurement decides.
+   its percentile and errors alone: short windows need not settle. A level over the limit
+   while doubling or halving is scouted once more before it bounds the search (a short window
+   can catch a hiccup of a busy machine, and a false crossing there would halve the ceiling);
+   the second measurement decides. A binary step is scouted once (a false fail there only
+   moves the boundary by a step).
 2. **Report.** After each passing scouted level, `report(step, ceiling)` with the best
    throughput within the limit so far, and once more when the first pass is done; True stops
    the search there (`stopped_early`): the caller has seen enough (it cannot win).
@@ -119,9 +121,9 @@ class _Staged:
     def ceiling(self) -> float:
         return max(self.passing_scouted().values(), default=0.0)
 
-    async def scout_at(self, level: int) -> bool:
+    async def scout_at(self, level: int, tries: int = 2) -> bool:
         if level not in self.scouted:
-            for _ in range(2):
+            for _ in range(tries):
                 run, step = await timed(
                     self.scout, self.spec, level, SCOUT, self.scout_passes, self.limits.percentile
                 )
@@ -188,7 +190,7 @@ class _Staged:
             middle = (low + high) // 2
             if middle in (low, high) or self.stopped:
                 return
-            if await self.scout_at(middle):
+            if await self.scout_at(middle, tries=1):
                 low = middle
             else:
                 high = middle
