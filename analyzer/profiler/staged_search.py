@@ -24,7 +24,8 @@ where a config is operated (`search.operating_point`: the lowest load that reach
 4. **Full windows** (`confirm`) only there: the budget is never judged on a short window.
    When the operating point does not pass, the passing scouted levels below it (then halves,
    down to 1) are confirmed in turn; when it passes with less than `SATURATION_SHARE` of the
-   scouted ceiling, the next passing scouted level above it is confirmed as well.
+   scouted ceiling, the next passing scouted level above it is confirmed as well, and when
+   that one does not pass, the level halfway between them.
 """
 
 from __future__ import annotations
@@ -234,7 +235,10 @@ class _Staged:
             assert confirmed is not None
             higher = [level for level in passing if level > point]
             if higher and confirmed.throughput < SATURATION_SHARE * self.ceiling():
-                await self.confirm_at(min(higher))
+                above = min(higher)
+                middle = (point + above) // 2
+                if not await self.confirm_at(above) and middle not in (point, above):
+                    await self.confirm_at(middle)  # one binary step with full windows
             return
         level = point
         while level > 1:

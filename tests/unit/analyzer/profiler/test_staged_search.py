@@ -161,6 +161,13 @@ def test_a_first_pass_that_promised_too_much_confirms_the_next_level_too() -> No
     assert result.best is not None and result.best.concurrency == 8
 
 
+def test_when_the_level_above_is_over_the_limit_with_full_windows_the_middle_is_tried() -> None:
+    curve = Curve(capacity=4400.0, scout_gain={4: 1.1}, full_over={8})
+    result = staged(curve)
+    assert curve.levels(FULL) == [4, 8, 6]
+    assert result.best is not None and result.best.concurrency == 6
+
+
 def test_nothing_within_the_limit_in_the_first_pass_is_judged_with_full_windows() -> None:
     curve = Curve(scout_over={1: 2})  # the short windows see level 1 over, twice
     result = staged(curve)
