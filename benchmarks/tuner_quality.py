@@ -9,9 +9,10 @@ delays, preferred sizes), in three steps:
    Optuna study in a SQLite file, so `--grid-minutes` runs it in chunks across sessions;
    once every candidate is measured, a JSON with the date, the machine, the model's SHA-256,
    the budget, the space, every candidate's outcome and trial seconds. Each candidate is
-   measured in full (no short first pass, no pruning), so the wall times estimated from it
-   are upper bounds of a run with the cheaper trials. Hours per model on 2 cores: run it on
-   a quiet machine.
+   measured as a search's trial is (a short first pass, full windows at the operating
+   point) but never pruned, so the wall times estimated from it are upper bounds of a run
+   whose losing trials are pruned. About an hour per model on 2 cores: run it on a quiet
+   machine.
 2. Each method replayed over `--seeds` seeds against the cached grid (a tabular benchmark: a
    trial looks its candidate up in the grid, so every method sees the same measurements), at
    most `--share` of the grid's trials each, with `--patience`. Wall time is ESTIMATED from the
@@ -140,9 +141,10 @@ def run_grid(bench: Setup, minutes: float) -> None:
         study_name=bench.grid_study,
         time_budget=Duration.from_s(minutes * 60),
         remeasure=RemeasureSettings(top=0),
-        # every candidate in full: a first pass pruned against the grid's incumbent would
-        # leave a partial figure no other method's search order would have got
-        evaluation=replace(bench.options.evaluation, first_pass=False),
+        # every candidate to its operating point, measured as a search's trial is (first pass,
+        # full windows at the operating point) but never pruned: a figure cut short against
+        # the grid's incumbent would be one no other method's search order would have got
+        evaluation=replace(bench.options.evaluation, prune=False),
     )
     print(f"{bench.model}: grid of {bench.space.size} candidates, {minutes:g} min this time")
     tune_model(options, bench.model, options.time_budget, Hooks(note=print))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -58,6 +59,9 @@ class EvaluationSettings:
     # A first pass with short windows, full windows only at the operating point, the study's
     # pruner told each step; False: every level with full windows, from concurrency 1.
     first_pass: bool = True
+    # False: the first pass never reports to the pruner, so every candidate is measured to
+    # its operating point (an exhaustive grid that later searches are compared against).
+    prune: bool = True
 
     def for_model(self, config: mc.ModelConfig) -> EvaluationSettings:
         """What the load sends to the model of `config`: each variable dim (other than the
@@ -184,11 +188,21 @@ def measure_with_steps(
             unstable_retries=settings.unstable_retries,
             start=start_level(context, settings) if settings.first_pass else 1,
             first_pass=settings.measure.for_first_pass() if settings.first_pass else None,
-            report=context.report if settings.first_pass and context is not None else None,
+            report=pruning_reporter(context, settings),
         )
     except AnalyzerError as exc:
         return TrialOutcome.failed(f"measurement failed: {exc}"), None, []
     return (*trial_outcome(result, budget), result.steps)
+
+
+def pruning_reporter(
+    context: TrialContext | None, settings: EvaluationSettings
+) -> Callable[[int, float], bool] | None:
+    """Where the first pass reports each step's throughput: the study's pruner, unless the
+    settings measure every candidate to its operating point (no first pass, or no pruning)."""
+    if context is None or not settings.first_pass or not settings.prune:
+        return None
+    return context.report
 
 
 def start_level(context: TrialContext | None, settings: EvaluationSettings) -> int:

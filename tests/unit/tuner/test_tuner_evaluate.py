@@ -10,7 +10,7 @@ from analyzer.api import Measurement, SearchResult
 from analyzer.measurement import ServerBreakdown
 from tuner.budget import LatencyBudget
 from tuner.duration import Duration
-from tuner.evaluate import EvaluationSettings, start_level, trial_outcome
+from tuner.evaluate import EvaluationSettings, pruning_reporter, start_level, trial_outcome
 from tuner.search_types import TrialContext, TrialOutcome
 
 BUDGET = LatencyBudget(95, Duration.from_ms(20))
@@ -121,3 +121,15 @@ def test_the_load_search_starts_where_the_best_trial_so_far_was_operated() -> No
     assert start_level(TrialContext(3, TrialOutcome("ok", 5000.0, 4000.0)), settings) == 1
     far = TrialOutcome("ok", 5000.0, 4000.0, metrics={"concurrency": 512.0})
     assert start_level(TrialContext(3, far), settings) == 64
+
+
+def test_only_a_pruning_first_pass_reports_to_the_study() -> None:
+    def report(_step: int, _throughput: float) -> bool:
+        return True
+
+    context = TrialContext(3, None, report)
+    assert pruning_reporter(context, EvaluationSettings()) is report
+    # the benchmark's grid: every candidate measured to its operating point
+    assert pruning_reporter(context, EvaluationSettings(prune=False)) is None
+    assert pruning_reporter(context, EvaluationSettings(first_pass=False)) is None
+    assert pruning_reporter(None, EvaluationSettings()) is None
