@@ -19,10 +19,10 @@ from tuner.mix_evaluate import MixEvaluator
 from tuner.mix_space import MixSpace
 from tuner.pipeline_run import (
     StepSetup,
-    _add_variants,
-    _prepare_step,
-    _usable,
-    _with_best,
+    add_variants,
+    prepare_step,
+    usable_precisions,
+    with_best,
 )
 from tuner.plan import Target
 from tuner.results import run_summary, variant_result, write_model_report
@@ -62,10 +62,13 @@ def tune_mix(
     report_folder = options.report_dir / name
     report_folder.mkdir(parents=True, exist_ok=True)
     platform = Platform.detect()
-    models = [_prepare_step(options, model, hooks) for model in target.steps]
+    models = [prepare_step(options, model, hooks) for model in target.steps]
     space = MixSpace(
         name,
-        tuple(model_space(options, m.base, m.model_path, platform, _usable(m)) for m in models),
+        tuple(
+            model_space(options, m.base, m.model_path, platform, usable_precisions(m))
+            for m in models
+        ),
         cores=platform.cpu_count,
     )
     if options.search == "grid":
@@ -79,7 +82,7 @@ def tune_mix(
         folders = [m.opened.path for m in models]
         failure_log = report_folder / "server-start.log"
         with tuning_server(folders[0], work_dir, failure_log, folders[1:]) as server:
-            _add_variants(server, models)
+            add_variants(server, models)
             evaluator = MixEvaluator(models, shares, server, options.budget, options.evaluation)
             sizes = " x ".join(f"{s.model_name} {s.size}" for s in space.steps)
             hooks.note(
@@ -114,7 +117,7 @@ def tune_mix(
     )
     best = result.best.candidate if result.best is not None else None
     if best is not None:
-        summary = _with_best(options, summary, models, best, None)
+        summary = with_best(options, summary, models, best, None)
     else:
         summary = replace(summary, pipeline=tuple(PipelineStep(m.model) for m in models))
     write_model_report(summary, report_folder)

@@ -128,7 +128,9 @@ class PipelineEvaluator:
             self.load(candidate)
         except ServerError as exc:
             return TrialOutcome.failed(str(exc))
-        outcome, self.last_measurement = measure_loaded(self._server, self._budget, self._settings)
+        outcome, self.last_measurement = measure_loaded(
+            self._server, self._budget, self._settings, context
+        )
         return outcome
 
 
@@ -152,7 +154,7 @@ def tune_pipeline(
     report_folder = options.report_dir / name
     report_folder.mkdir(parents=True, exist_ok=True)
     platform = Platform.detect()
-    steps = [_prepare_step(options, model, hooks) for model in target.steps]
+    steps = [prepare_step(options, model, hooks) for model in target.steps]
     # A step's max_batch_size never goes below the ensemble's: the ensemble accepts batches
     # of that size and hands them to its steps whole.
     step_options = replace(
@@ -160,7 +162,10 @@ def tune_pipeline(
     )
     space = PipelineSpace(
         name,
-        tuple(model_space(step_options, s.base, s.model_path, platform, _usable(s)) for s in steps),
+        tuple(
+            model_space(step_options, s.base, s.model_path, platform, usable_precisions(s))
+            for s in steps
+        ),
     )
     fingerprint = _pipeline_fingerprint(options, ensemble, steps)
     if options.search == "grid":
@@ -173,7 +178,7 @@ def tune_pipeline(
         composing = [s.opened.path for s in steps]
         failure_log = report_folder / "server-start.log"
         with tuning_server(ensemble_dir, work_dir, failure_log, composing) as server:
-            _add_variants(server, steps)
+            add_variants(server, steps)
             evaluation = options.evaluation.for_model(ensemble)
             evaluator = PipelineEvaluator(ensemble, steps, server, options.budget, evaluation)
             sizes = " x ".join(f"{s.model_name} {s.size}" for s in space.steps)
@@ -213,14 +218,16 @@ def tune_pipeline(
     summary = with_remeasure(summary, remeasured)
     best = summary.best.candidate if summary.best is not None else None
     if best is not None:
-        summary = _with_best(options, summary, steps, best, ensemble_dir)
+        summary = with_best(options, summary, steps, best, ensemble_dir)
     else:
         summary = replace(summary, pipeline=tuple(PipelineStep(s.model) for s in steps))
     write_model_report(summary, report_folder)
     return summary
 
 
-def _prepare_step(options: TuneOptions, model: str, hooks: Hooks) -> StepSetup:
+def prepare_step(options: TuneOptions, model: str, hooks: Hooks) -> StepSetup:
+    """One model tuned with others (an ensemble's step, a traffic mix's model): its config,
+    model file and precision variants (TuneError naming the model when it cannot be read)."""
     model_dir = options.repository / model
     try:
         opened = open_model_directory(model_dir)
@@ -238,11 +245,13 @@ def _prepare_step(options: TuneOptions, model: str, hooks: Hooks) -> StepSetup:
     return StepSetup(opened, tuple(variants), path)
 
 
-def _usable(step: StepSetup) -> tuple[str, ...]:
+def usable_precisions(step: StepSetup) -> tuple[str, ...]:
+    """The precisions the step's space may offer (fp32 at least)."""
     return tuple(v.precision for v in step.variants if v.usable) or ("fp32",)
 
 
-def _add_variants(server: TuningServer, steps: Sequence[StepSetup]) -> None:
+def add_variants(server: TuningServer, steps: Sequence[StepSetup]) -> None:
+    """Make each step's reduced-precision files servable by the tuning server."""
     for step in steps:
         for variant in step.variants:
             if variant.model_path is None or variant.precision == "fp32":
@@ -264,7 +273,7 @@ def _pipeline_fingerprint(
     return fingerprint
 
 
-def _with_best(
+def with_best(
     options: TuneOptions,
     summary: RunSummary,
     steps: Sequence[StepSetup],
