@@ -21,6 +21,11 @@ from tests.e2e.conftest import SLOW_DIGITS_CONFIG, autotune
 from tests.support.server_process import start_server, stop_server
 
 FAST = ("--measurement-interval", "300", "--seed", "1")
+# For the tests that check no figure of the winner: the re-measure after the search is
+# tests/e2e/tuner/test_tune_remeasure.py's.
+NO_REMEASURE = ("--remeasure-top", "0")
+# The written config is served again below: a light re-measure still makes its figure hold.
+LIGHT_REMEASURE = ("--remeasure-top", "2", "--remeasure-repeats", "1")
 
 
 def test_tuning_digits_writes_a_config_that_serves_within_budget(
@@ -41,6 +46,7 @@ def test_tuning_digits_writes_a_config_that_serves_within_budget(
         "--precision",
         "fp32",
         *FAST,
+        *LIGHT_REMEASURE,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     config_path = repository / "digits" / "config.pbtxt"
@@ -103,6 +109,7 @@ def test_tuning_digits_writes_a_config_that_serves_within_budget(
         "--precision",
         "fp32",
         *FAST,
+        *NO_REMEASURE,
     )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
 
@@ -120,6 +127,7 @@ def test_dry_run_writes_nothing(tmp_path: Path, repository_with: Callable[..., P
         "2",
         "--dry-run",
         *FAST,
+        *NO_REMEASURE,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     after = {p: p.read_bytes() for p in (repository / "digits").rglob("*") if p.is_file()}
@@ -145,6 +153,7 @@ def test_output_repository_receives_the_copy(
         "--output-repository",
         str(output),
         *FAST,
+        *NO_REMEASURE,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (repository / "digits" / "config.pbtxt").read_text() == SLOW_DIGITS_CONFIG
@@ -168,6 +177,7 @@ def test_when_the_config_as_written_is_the_best_nothing_is_written(
         "--precision",
         "fp32",
         *FAST,
+        *NO_REMEASURE,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((tmp_path / "reports" / "digits" / "summary.json").read_text())
@@ -223,6 +233,7 @@ def test_time_budget_stops_the_run_long_before_its_trials_are_done(
         "5s",
         "--dry-run",
         *FAST,
+        *NO_REMEASURE,
         timeout=240,  # without a working budget, 200 trials take far longer than this
     )
     elapsed = time.monotonic() - started
@@ -266,6 +277,7 @@ def test_a_failing_model_is_one_line_and_the_others_are_still_tuned(
         "--study-name",
         "run",
         *FAST,
+        *NO_REMEASURE,
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
