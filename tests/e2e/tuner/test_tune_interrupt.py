@@ -29,6 +29,8 @@ ARGS = (
     "300",
     "--seed",
     "3",
+    "--remeasure-top",  # the kill and the resume are checked, not the re-measure
+    "0",
 )
 
 

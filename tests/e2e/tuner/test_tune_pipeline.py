@@ -58,6 +58,8 @@ def test_tuning_the_text_pipeline_writes_every_step_and_meets_the_budget(
         "300",
         "--seed",
         "1",
+        # Measured again below at the reported load: a light re-measure makes that figure hold.
+        *("--remeasure-top", "2", "--remeasure-repeats", "1"),
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
