@@ -119,7 +119,7 @@ class RemeasureResult:
     winner: int | None
     search_best: int | None
     rule: str = WINNER_RULE
-    note: str = ""  # how the rounds ended when fewer than asked
+    note: str = ""  # how the rounds ended when fewer than asked; loads lowered, and why
 
     def candidate(self, trial: int | None) -> RemeasuredCandidate | None:
         return next((c for c in self.candidates if c.trial == trial), None)
