@@ -13,31 +13,30 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from serve.api import CONFIG_FILENAME
 from tuner.duration import Duration
 from tuner.mix_evaluate import MixEvaluator
 from tuner.mix_space import MixSpace
 from tuner.pipeline_run import (
     StepSetup,
     add_variants,
+    joint_summary,
     prepare_step,
     usable_precisions,
     with_best,
 )
 from tuner.plan import Target
-from tuner.results import run_summary, variant_result, write_model_report
+from tuner.results import write_model_report
 from tuner.run import (
     DEFAULT_PIPELINE_TRIALS,
     Hooks,
     TuneOptions,
-    config_text,
     fingerprint_of,
     model_space,
     remove_tree,
     search_settings,
     time_left,
 )
-from tuner.run_schema import PipelineStep, PlatformInfo, RunSummary
+from tuner.run_schema import PipelineStep, RunSummary
 from tuner.search import run_search
 from tuner.server_control import tuning_server
 from tuner.space import Platform
@@ -93,28 +92,8 @@ def tune_mix(
             result = run_search(space, evaluator, settings, lambda e: hooks.progress(name, e))
     finally:
         remove_tree(work_dir)
-    summary = run_summary(
-        model=name,
-        budget=options.budget,
-        platform=PlatformInfo(platform.cpu_count, platform.gpu),
-        search=result,
-        variants=(),
-        as_written_config="".join(
-            f"# {m.model}/{CONFIG_FILENAME}\n{config_text(m.opened.path, m.base)}\n" for m in models
-        ),
-        validation_source="",
-        space=space.describe(),
-    )
-    summary = replace(
-        summary,
-        variants=tuple(
-            replace(variant_result(v), verdict=f"{m.model}: {v.verdict}")
-            for m in models
-            for v in m.variants
-            if m.opened.backend == "onnxruntime"
-        ),
-        traffic_mix=tuple(shares.items()),
-    )
+    summary = joint_summary(options, name, platform, result, models, space.describe())
+    summary = replace(summary, traffic_mix=tuple(shares.items()))
     best = result.best.candidate if result.best is not None else None
     if best is not None:
         summary = with_best(options, summary, models, best, None)

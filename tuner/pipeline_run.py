@@ -41,7 +41,7 @@ from tuner.run import (
 )
 from tuner.run_schema import ConfigChange, PipelineStep, PlatformInfo, RunSummary, WrittenFiles
 from tuner.search import run_search
-from tuner.search_types import TrialContext, TrialOutcome
+from tuner.search_types import SearchResult, TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer, tuning_server
 from tuner.space import Platform
 from tuner.writeback import ModelWrite, WriteBack, copy_model_dir, write_back_all
@@ -194,6 +194,27 @@ def tune_pipeline(
             )
     finally:
         remove_tree(work_dir)
+    summary = joint_summary(options, name, platform, result, steps, space.describe())
+    summary = with_remeasure(summary, remeasured)
+    best = summary.best.candidate if summary.best is not None else None
+    if best is not None:
+        summary = with_best(options, summary, steps, best, ensemble_dir)
+    else:
+        summary = replace(summary, pipeline=tuple(PipelineStep(s.model) for s in steps))
+    write_model_report(summary, report_folder)
+    return summary
+
+
+def joint_summary(
+    options: TuneOptions,
+    name: str,
+    platform: Platform,
+    result: SearchResult,
+    steps: Sequence[StepSetup],
+    space: Sequence[str],
+) -> RunSummary:
+    """The run summary of models tuned in one study (an ensemble's steps, a traffic mix):
+    every model's config as written, each variant's verdict named after its model."""
     summary = run_summary(
         model=name,
         budget=options.budget,
@@ -204,9 +225,9 @@ def tune_pipeline(
             f"# {s.model}/{CONFIG_FILENAME}\n{config_text(s.opened.path, s.base)}\n" for s in steps
         ),
         validation_source="",
-        space=space.describe(),
+        space=space,
     )
-    summary = replace(
+    return replace(
         summary,
         variants=tuple(
             replace(variant_result(v), verdict=f"{s.model}: {v.verdict}")
@@ -215,14 +236,6 @@ def tune_pipeline(
             if s.opened.backend == "onnxruntime"
         ),
     )
-    summary = with_remeasure(summary, remeasured)
-    best = summary.best.candidate if summary.best is not None else None
-    if best is not None:
-        summary = with_best(options, summary, steps, best, ensemble_dir)
-    else:
-        summary = replace(summary, pipeline=tuple(PipelineStep(s.model) for s in steps))
-    write_model_report(summary, report_folder)
-    return summary
 
 
 def prepare_step(options: TuneOptions, model: str, hooks: Hooks) -> StepSetup:
