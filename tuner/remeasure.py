@@ -8,7 +8,8 @@ written among them when it is feasible) are measured again, interleaved (A, B, C
 operating point (the load its search chose) with full, stable windows. The winner is the best
 median throughput among the candidates whose median latency percentile stays within the
 budget (`remeasure_result.WINNER_RULE`); the figures reported are these medians with their
-range. A candidate whose median breaks the budget at its load is not dropped at once: it is
+range, and the winner's throughput is reported as the lowest of its repeats (what held in
+every round). A candidate whose median breaks the budget at its load is not dropped at once: it is
 measured again, as many rounds, at the lower load its own figures say fits (the search's load
 sat near the limit; this moment of the machine may be slower), and judged there.
 """
@@ -350,7 +351,10 @@ class _State:
         )
 
     def outcome(self, budget: LatencyBudget) -> TrialOutcome:
-        """The medians over the repeats, as the search's outcome holds its figures."""
+        """The repeats as the search's outcome holds its figures: the throughput is the lowest
+        of them (what held in every round: the figure the written config is reported to
+        deliver), the percentile and the other metrics their medians (the budget is judged on
+        the median)."""
         names = set().union(*(m.keys() for m in self.metrics))
         medians = {
             name: statistics.median(m[name] for m in self.metrics if name in m) for name in names
@@ -360,10 +364,13 @@ class _State:
         return replace(
             base,
             status="ok",
-            throughput=statistics.median(self.throughputs),
+            throughput=min(self.throughputs),
             latency_us=statistics.median(self.latencies),
             metrics=medians,
-            message=f"re-measured: median of {len(self.throughputs)} interleaved repeats",
+            message=(
+                f"re-measured: the lowest throughput and the median percentile of "
+                f"{len(self.throughputs)} interleaved repeats"
+            ),
         )
 
 

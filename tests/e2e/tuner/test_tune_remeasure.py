@@ -1,6 +1,6 @@
 """Results that hold: the configuration the tuner writes, served again by a fresh server and
 measured at the load it reported, meets the budget and delivers at least 95% of the reported
-throughput (the re-measured median, not the search's best short window)."""
+throughput (the lowest of the interleaved re-measures, not the search's best short window)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_the_written_config_served_again_holds_the_reported_figures(
     winner = next(c for c in remeasure["candidates"] if c["trial"] == best["number"])
     assert len(winner["throughputs"]) == remeasure["rounds"] >= 1
     reported = best["outcome"]["throughput"]
-    assert reported == statistics.median(winner["throughputs"])
+    assert reported == min(winner["throughputs"])  # what held in every interleaved round
     concurrency = int(best["outcome"]["metrics"]["concurrency"])
     assert "re-measured" in result.stderr
 
@@ -71,6 +71,9 @@ def test_the_written_config_served_again_holds_the_reported_figures(
     server = start_server(repository, tmp_path / "server.log")
     try:
         options = LoadOptions(url=server.url, model="digits")
+        # The tuner re-measured a server that had been serving for minutes: one measurement
+        # first warms this fresh one (its first windows pay for allocations and first runs).
+        measure(options, LoadLevel(concurrency=concurrency), CHECK_WINDOWS)
         again = [
             measure(options, LoadLevel(concurrency=concurrency), CHECK_WINDOWS)
             for _ in range(REPEATS)
