@@ -78,6 +78,19 @@ def test_the_written_config_served_again_holds_the_reported_figures(
             measure(options, LoadLevel(concurrency=concurrency), CHECK_WINDOWS)
             for _ in range(REPEATS)
         ]
+
+        def holds() -> bool:
+            return statistics.median(m.latency_p95_us for m in again) <= BUDGET_MS * 1000 and (
+                statistics.median(m.throughput for m in again) >= 0.95 * reported
+            )
+
+        if not holds():
+            # As the performance gate does: a set that misses is followed by a whole new set,
+            # and the median of all the runs is judged (never the best one).
+            again += [
+                measure(options, LoadLevel(concurrency=concurrency), CHECK_WINDOWS)
+                for _ in range(REPEATS)
+            ]
     finally:
         stop_server(server)
     p95_us = statistics.median(m.latency_p95_us for m in again)
