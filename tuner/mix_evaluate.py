@@ -26,8 +26,8 @@ from analyzer.api import (
 )
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate, apply, step_candidate
-from tuner.evaluate import EvaluationSettings, precision_refusal, trial_outcome
-from tuner.pipeline_run import StepSetup
+from tuner.evaluate import EvaluationSettings, trial_outcome
+from tuner.pipeline_run import StepSetup, steps_refusal
 from tuner.search_types import TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer
 
@@ -76,12 +76,9 @@ class MixEvaluator:
             self._loaded[model] = config
 
     def __call__(self, candidate: Candidate, context: TrialContext | None = None) -> TrialOutcome:
-        for setup in self._models:
-            variants = {v.precision: v for v in setup.variants}
-            own = step_candidate(candidate, setup.model)
-            refused = precision_refusal(own, setup.base, variants)
-            if refused is not None:
-                return replace(refused, message=f"{setup.model}: {refused.message}")
+        refused = steps_refusal(candidate, self._models)
+        if refused is not None:
+            return refused
         try:
             self.load(candidate)
         except ServerError as exc:

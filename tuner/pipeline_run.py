@@ -118,12 +118,9 @@ class PipelineEvaluator:
             self._ensemble_loaded = True
 
     def __call__(self, candidate: Candidate, context: TrialContext | None = None) -> TrialOutcome:
-        for step in self._steps:
-            variants = {v.precision: v for v in step.variants}
-            own = step_candidate(candidate, step.model)
-            refused = precision_refusal(own, step.base, variants)
-            if refused is not None:
-                return replace(refused, message=f"{step.model}: {refused.message}")
+        refused = steps_refusal(candidate, self._steps)
+        if refused is not None:
+            return refused
         try:
             self.load(candidate)
         except ServerError as exc:
@@ -203,6 +200,17 @@ def tune_pipeline(
         summary = replace(summary, pipeline=tuple(PipelineStep(s.model) for s in steps))
     write_model_report(summary, report_folder)
     return summary
+
+
+def steps_refusal(candidate: Candidate, steps: Sequence[StepSetup]) -> TrialOutcome | None:
+    """The outcome of a joint candidate one of whose models' precision cannot be served
+    (named after that model); None when every part can."""
+    for step in steps:
+        variants = {v.precision: v for v in step.variants}
+        refused = precision_refusal(step_candidate(candidate, step.model), step.base, variants)
+        if refused is not None:
+            return replace(refused, message=f"{step.model}: {refused.message}")
+    return None
 
 
 def joint_summary(
