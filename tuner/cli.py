@@ -2,49 +2,32 @@
 baseline and gate.
 
 This module is the composition root: it mounts the other packages' commands (`serve.cli`,
-`analyzer.cli`, `gate.cli`), and it is the only module of tuner/ that imports the gate."""
+`analyzer.cli`, `gate.cli`), and it is the only module of tuner/ that imports the gate. It imports
+each subcommand's module only when that subcommand runs, and the tuner's machinery only when the
+bare command tunes, so that `autotune serve` starts without Optuna or the analyzer."""
 
 from __future__ import annotations
 
-import signal
 import sys
-import time
-import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 
 import click
-import optuna
 
-from analyzer.cli import perf_command
-from gate.cli import baseline_command, gate_command
-from serve.cli import serve_command
-from tuner.budget import LatencyBudget
 from tuner.cli_params import LATENCY, WALL_CLOCK
-from tuner.console import TuneConsole
+from tuner.defaults import (
+    DEFAULT_MAX_BATCH_SIZE_CAP,
+    DEFAULT_MEASUREMENT_INTERVAL_MS,
+    DEFAULT_PIPELINE_TRIALS,
+    DEFAULT_REMEASURE_REPEATS,
+    DEFAULT_REMEASURE_TOP,
+    DEFAULT_TRIALS,
+    SEARCH_METHODS,
+)
 from tuner.duration import Duration
-from tuner.errors import EXIT_INTERRUPTED, EXIT_NOT_TUNED, EXIT_OK, TunerError, one_line, worst
-from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
-from tuner.mix_run import tune_mix
 from tuner.mix_spec import EXAMPLE as MIX_EXAMPLE
 from tuner.mix_spec import TrafficMix, TrafficMixError, parse_traffic_mix
-from tuner.pipeline_run import tune_pipeline
-from tuner.plan import Target, plan, plan_mix
-from tuner.remeasure import DEFAULT_REPEATS, DEFAULT_TOP, RemeasureSettings
-from tuner.report import render_run_report
-from tuner.report.cli import report_command
-from tuner.run import (
-    DEFAULT_MAX_BATCH_SIZE_CAP,
-    DEFAULT_PIPELINE_TRIALS,
-    DEFAULT_TRIALS,
-    Hooks,
-    TuneOptions,
-    tune_model,
-)
-from tuner.samplers import METHODS
-from tuner.search_types import ProgressEvent
 
 
 def _traffic_mix(
@@ -78,7 +61,59 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     return names
 
 
+def _serve_command() -> click.Command:
+    from serve.cli import serve_command
+
+    return serve_command
+
+
+def _perf_command() -> click.Command:
+    from analyzer.cli import perf_command
+
+    return perf_command
+
+
+def _baseline_command() -> click.Command:
+    from gate.cli import baseline_command
+
+    return baseline_command
+
+
+def _gate_command() -> click.Command:
+    from gate.cli import gate_command
+
+    return gate_command
+
+
+def _report_command() -> click.Command:
+    from tuner.report.cli import report_command
+
+    return report_command
+
+
+# subcommand -> its loader, in the order `autotune --help` lists them
+SUBCOMMANDS: dict[str, Callable[[], click.Command]] = {
+    "serve": _serve_command,
+    "perf": _perf_command,
+    "baseline": _baseline_command,
+    "gate": _gate_command,
+    "report": _report_command,
+}
+
+
+class _LazyGroup(click.Group):
+    """A group whose subcommands' modules are imported when the subcommand is looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        loader = SUBCOMMANDS.get(cmd_name)
+        return None if loader is None else loader()
+
+
 @click.group(
+    cls=_LazyGroup,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -122,7 +157,7 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 )
 @click.option(
     "--search",
-    type=click.Choice(list(METHODS)),
+    type=click.Choice(list(SEARCH_METHODS)),
     default="optuna",
     show_default=True,
     help="Search method: optuna (the recommended one: a climb from informed starting points), "
@@ -166,7 +201,7 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 @click.option(
     "--measurement-interval",
     type=click.IntRange(min=50),
-    default=500,
+    default=DEFAULT_MEASUREMENT_INTERVAL_MS,
     show_default=True,
     help="Measurement window of each load level, ms (perf's -p).",
 )
@@ -181,7 +216,7 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 @click.option(
     "--remeasure-top",
     type=click.IntRange(min=0),
-    default=DEFAULT_TOP,
+    default=DEFAULT_REMEASURE_TOP,
     show_default=True,
     help="Re-measure this many of the best distinct feasible configurations (the config as "
     "written among them when feasible), interleaved, before writing the winner; 0: off.",
@@ -189,7 +224,7 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 @click.option(
     "--remeasure-repeats",
     type=click.IntRange(min=1),
-    default=DEFAULT_REPEATS,
+    default=DEFAULT_REMEASURE_REPEATS,
     show_default=True,
     help="Interleaved rounds of the re-measure (windows twice --measurement-interval).",
 )
@@ -254,6 +289,13 @@ def main(
             "give one latency budget: --latency-p95, --latency-p99 or --latency-p90"
         )
     percentile, limit = given[0]
+    # the tuner's machinery (Optuna, the analyzer, the serving API) only when tuning
+    from tuner.budget import LatencyBudget
+    from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
+    from tuner.remeasure import RemeasureSettings
+    from tuner.run import TuneOptions
+    from tuner.tune_command import run_tuning
+
     options = TuneOptions(
         repository=model_repository,
         budget=LatencyBudget(percentile, limit),
@@ -284,149 +326,3 @@ def main(
     if traffic_mix is not None and models:
         raise click.UsageError("give either -m/--model or --traffic-mix (its models are tuned)")
     sys.exit(run_tuning(options, traffic_mix))
-
-
-class _StopRequest:
-    """Set by SIGTERM. The interrupt it raises can still be lost (a cancelled task that ends
-    normally does not re-raise it), so the run also checks this between trials."""
-
-    requested = False
-
-    @classmethod
-    def check(cls) -> None:
-        if cls.requested:
-            raise KeyboardInterrupt
-
-
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """Unwind like Ctrl-C: the search marks the running trial, the tuning server is stopped.
-
-    Through SIGINT's handler: while the analyzer's event loop runs, that handler cancels the
-    loop's task and KeyboardInterrupt follows once it has unwound; raised here instead, it
-    could land in one of the loop's callbacks, which would swallow it."""
-    _StopRequest.requested = True
-    if callable(signal.getsignal(signal.SIGINT)):
-        signal.raise_signal(signal.SIGINT)
-    else:  # SIGINT ignored (started in the background): interrupt here
-        raise KeyboardInterrupt
-
-
-def run_tuning(options: TuneOptions, traffic_mix: TrafficMix | None = None) -> int:
-    """Tune every target of `options` (`tuner.plan.plan`: each ensemble as a pipeline, each
-    model no ensemble uses on its own), one after the other, and return the exit code.
-
-    A target that fails (any `TunerError`, or an unexpected exception) is reported in one line
-    and the run goes on with the next one; one the tuner cannot tune is skipped with the
-    reason (a failure only when it was asked for by name); the exit code is the most severe
-    of the targets' (`tuner.errors.worst`). Ctrl-C or SIGTERM stops the run at once (130)."""
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console says what matters
-    try:
-        if traffic_mix is not None:
-            targets = [plan_mix(options.repository, traffic_mix.shares)]
-        else:
-            targets = plan(options.repository, options.models)
-    except Exception as exc:
-        message, code = failure(exc, options.report_dir)
-        click.echo(f"error: {message}", err=True)
-        return code
-    started = time.monotonic()
-    exit_code = EXIT_OK
-    with TuneConsole() as console:
-        _announce(targets, console)
-        skipped = [t for t in targets if t.skip]
-        if options.models and skipped:
-            exit_code = EXIT_NOT_TUNED
-        targets = [t for t in targets if not t.skip]
-        for index, target in enumerate(targets):
-            share = None
-            if options.time_budget is not None:
-                left = options.time_budget.s - (time.monotonic() - started)
-                share = Duration.from_s(max(left, 0.0) / (len(targets) - index))
-            try:
-                code = _tune_one(options, target, share, console)
-                _StopRequest.check()
-            except KeyboardInterrupt:
-                console.warning("interrupted: the study is kept and resumes next run")
-                return EXIT_INTERRUPTED
-            exit_code = worst(exit_code, code)
-    return exit_code
-
-
-def _announce(targets: list[Target], console: TuneConsole) -> None:
-    """What the run tunes: the pipelines (with their steps), the models alone, the skipped."""
-    pipelines = [t for t in targets if t.kind == "pipeline" and not t.skip]
-    models = [t.name for t in targets if t.kind == "model" and not t.skip]
-    for target in pipelines:
-        console.note(f"pipeline '{target.name}': {' -> '.join(target.steps)} (tuned jointly)")
-    if models and pipelines:
-        console.note(f"models no ensemble uses, tuned on their own: {', '.join(models)}")
-    for target in targets:
-        if target.skip:
-            console.warning(f"skipping '{target.name}': {target.skip}")
-
-
-def _tune_one(
-    options: TuneOptions, target: Target, share: Duration | None, console: TuneConsole
-) -> int:
-    """Tune one target, print how it ended and return its exit code; errors become one line."""
-    name = target.name
-    hooks = Hooks(console.note, _stoppable(console))
-    try:
-        if share is not None and share.us <= 0:
-            raise TunerError("the time budget was spent before its turn")
-        if target.kind == "mix":
-            summary = tune_mix(options, target, share, hooks)
-        elif target.kind == "pipeline":
-            summary = tune_pipeline(options, target, share, hooks)
-        else:
-            summary = tune_model(options, name, share, hooks)
-    except Exception as exc:
-        message, code = failure(exc, options.report_dir / name)
-        console.error(f"'{name}' could not be tuned: {message}")
-        return code
-    console.summary(summary)
-    try:
-        console.note(f"report: {render_run_report(options.report_dir)}")
-    except (TunerError, OSError) as exc:  # the run's own report folder: the run failed
-        console.error(f"the HTML report could not be written: {one_line(exc)}")
-        return worst(summary.exit_code, EXIT_NOT_TUNED)
-    return summary.exit_code
-
-
-def _stoppable(console: TuneConsole) -> Callable[[str, ProgressEvent], None]:
-    """The console's progress hook, which also ends the run between trials once a stop was
-    asked for."""
-
-    def progress(model: str, event: ProgressEvent) -> None:
-        console.update(model, event)
-        _StopRequest.check()
-
-    return progress
-
-
-def failure(error: Exception, folder: Path) -> tuple[str, int]:
-    """The one place an error becomes the line and the exit code it ends a model (or the run)
-    with: a `TunerError` gives its message and its own exit code; anything else is a bug,
-    named by its type, its traceback kept in `folder`/error.log, exit code 1."""
-    if isinstance(error, TunerError):
-        return one_line(error), error.exit_code
-    kept = _keep_traceback(folder)
-    return (
-        f"unexpected {type(error).__name__}: {one_line(error)} (traceback in {kept})",
-        EXIT_NOT_TUNED,
-    )
-
-
-def _keep_traceback(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "error.log"
-    path.write_text(traceback.format_exc())
-    return path
-
-
-main.add_command(serve_command)
-main.add_command(perf_command)
-main.add_command(baseline_command)
-main.add_command(gate_command)
-main.add_command(report_command)

@@ -29,6 +29,7 @@ from analyzer.api import (
 )
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, config_precision
+from tuner.defaults import DEFAULT_MEASUREMENT_INTERVAL_MS
 from tuner.precision import PrecisionVariant
 from tuner.precision.validation import RANDOM_VARIABLE_DIM
 from tuner.search_types import TrialContext, TrialOutcome
@@ -38,7 +39,7 @@ _log = logging.getLogger(__name__)
 
 # Short windows: a trial measures several load levels, and the tuner must finish in minutes.
 TRIAL_MEASUREMENT = MeasureSettings(
-    measurement_interval_ms=500,
+    measurement_interval_ms=DEFAULT_MEASUREMENT_INTERVAL_MS,
     stability_percentage=25.0,
     max_trials=10,
     warmup_request_count=20,

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from tuner.defaults import DEFAULT_PIPELINE_TRIALS
 from tuner.duration import Duration
 from tuner.mix_evaluate import MixEvaluator
 from tuner.mix_space import MixSpace
@@ -27,7 +28,6 @@ from tuner.pipeline_run import (
 from tuner.plan import Target
 from tuner.results import write_model_report
 from tuner.run import (
-    DEFAULT_PIPELINE_TRIALS,
     Hooks,
     TuneOptions,
     fingerprint_of,

@@ -18,6 +18,7 @@ from analyzer.api import Measurement
 from serve.api import CONFIG_FILENAME, ModelDirectory, ServeError, open_model_directory, read_config
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, diff, step_candidate, variant_filename
+from tuner.defaults import DEFAULT_PIPELINE_TRIALS
 from tuner.duration import Duration
 from tuner.evaluate import EvaluationSettings, measure_loaded, precision_refusal
 from tuner.pipeline_space import PipelineSpace
@@ -26,7 +27,6 @@ from tuner.precision import PrecisionVariant
 from tuner.remeasure import server_measurer, with_remeasure
 from tuner.results import run_summary, variant_result, write_model_report
 from tuner.run import (
-    DEFAULT_PIPELINE_TRIALS,
     Hooks,
     TuneError,
     TuneOptions,

@@ -32,6 +32,7 @@ from analyzer.api import SearchResult as LoadSearch
 from analyzer.api import measure as measure_level
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
+from tuner.defaults import DEFAULT_REMEASURE_REPEATS, DEFAULT_REMEASURE_TOP
 from tuner.errors import TunerError
 from tuner.evaluate import EvaluationSettings, trial_outcome
 from tuner.remeasure_result import RemeasuredCandidate, RemeasureResult
@@ -46,8 +47,6 @@ REMEASURE_MEASUREMENT = MeasureSettings(
     max_trials=8,
     warmup_request_count=20,
 )
-DEFAULT_TOP = 3
-DEFAULT_REPEATS = 3
 # What loading a candidate costs, roughly, for the time reserved before the search.
 LOAD_ESTIMATE_S = 0.5
 
@@ -59,8 +58,8 @@ Measurer = Callable[[int], Measurement]  # measures what is loaded at a concurre
 class RemeasureSettings:
     """`top` candidates (0: no re-measure), `repeats` interleaved rounds, `measure` windows."""
 
-    top: int = DEFAULT_TOP
-    repeats: int = DEFAULT_REPEATS
+    top: int = DEFAULT_REMEASURE_TOP
+    repeats: int = DEFAULT_REMEASURE_REPEATS
     measure: MeasureSettings = REMEASURE_MEASUREMENT
 
     def __post_init__(self) -> None:

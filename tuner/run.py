@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.api import CONFIG_FILENAME, config_to_text, open_model_directory
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, diff, variant_filename
+from tuner.defaults import DEFAULT_MAX_BATCH_SIZE_CAP, DEFAULT_TRIALS
 from tuner.duration import Duration
 from tuner.errors import TunerError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
@@ -38,14 +39,6 @@ from tuner.search_types import ProgressEvent, SearchResult, SearchSettings
 from tuner.server_control import tuning_server
 from tuner.space import Platform, SearchSpace, SpaceOptions, build_space
 from tuner.writeback import copy_model_dir, write_back
-
-# Model Analyzer's automatic sweep also tries max_batch_size up to 128.
-DEFAULT_MAX_BATCH_SIZE_CAP = 128
-# Trials when --trials is not given. A pipeline's trial loads and measures several models
-# through the ensemble; fewer of them keep the README's run over the bundled repository (two
-# pipelines and three models alone) near ten minutes on 2 cores.
-DEFAULT_TRIALS = 8
-DEFAULT_PIPELINE_TRIALS = 6
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,22 +24,13 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.candidate import Candidate, ParamValue
+from tuner.defaults import RECOMMENDED_SEARCH, SEARCH_METHODS
 from tuner.search_study import KEY, quiet_experimental, record_of
 from tuner.search_types import SearchError, SearchSettings, TrialRecord
 from tuner.space import Space, snapping
 
-# name -> what it is; "optuna" is the recommended method, "grid" the exhaustive one.
-METHODS: dict[str, str] = {
-    "optuna": "the recommended method: climb from the informed priors",
-    "climb": "best-first local search from the priors over the ordered choices",
-    "tpe": "Optuna's TPE, multivariate over grouped conditional parameters",
-    "tpe-flat": "Optuna's TPE, multivariate without grouping",
-    "gp": "Optuna's GPSampler (needs torch and scipy)",
-    "random": "Optuna's RandomSampler (a baseline)",
-    "qmc": "Optuna's QMCSampler (a baseline: every parameter is categorical, so random)",
-    "grid": "every candidate of the space, once",
-}
-RECOMMENDED = "climb"
+METHODS = SEARCH_METHODS
+RECOMMENDED = RECOMMENDED_SEARCH
 _FIXED_PARAMS = "fixed_params"  # Optuna's system attribute of an enqueued trial
 _RANDOM_TRIES = 200  # random walks tried for an unmeasured candidate when climbing is done
 

@@ -10,7 +10,7 @@ import click
 import pytest
 
 from tuner.budget import LatencyBudget
-from tuner.cli import main, run_tuning
+from tuner.cli import main
 from tuner.cli_params import DurationParam
 from tuner.duration import Duration
 from tuner.errors import (
@@ -27,6 +27,7 @@ from tuner.precision import PrecisionError
 from tuner.run import TuneError, TuneOptions, study_name
 from tuner.search_types import SearchError
 from tuner.server_control import ServerError, TuningServer
+from tuner.tune_command import run_tuning
 
 
 def _params(*args: str) -> dict[str, object]:
@@ -127,7 +128,7 @@ def test_each_failing_model_is_one_line_and_the_run_goes_on(
         tried.append(model)
         raise failures[model]
 
-    monkeypatch.setattr("tuner.cli.tune_model", failing)
+    monkeypatch.setattr("tuner.tune_command.tune_model", failing)
     options = TuneOptions(
         repository=tmp_path / "repo",
         budget=LatencyBudget(95, Duration.from_ms(10)),
@@ -184,7 +185,7 @@ def test_models_whose_turn_comes_after_the_time_budget_are_not_tuned(
     def never(*_: object) -> NoReturn:
         raise AssertionError("no time was left to tune")
 
-    monkeypatch.setattr("tuner.cli.tune_model", never)
+    monkeypatch.setattr("tuner.tune_command.tune_model", never)
     options = TuneOptions(
         repository=tmp_path / "repo",
         budget=LatencyBudget(95, Duration.from_ms(10)),
@@ -212,7 +213,7 @@ def test_default_study_names_follow_the_model_and_config_a_user_name_stays() -> 
 def test_a_sigterm_whose_interrupt_is_lost_still_stops_the_run_at_the_next_trial() -> None:
     import signal
 
-    from tuner import cli as tuner_cli
+    from tuner import tune_command as tuner_cli
 
     events: list[str] = []
 
