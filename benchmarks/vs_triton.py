@@ -1,7 +1,7 @@
 """Our server against NVIDIA Triton Inference Server 2.51 and in-process onnxruntime on this
 machine: same models, same client (NVIDIA's perf_analyzer 2.51), one run, one table.
 
-Run (the full table; long, on a quiet machine):
+Run (the full table; about an hour and a quarter with the defaults, on a quiet machine):
     python benchmarks/vs_triton.py [--markdown]
 Smoke run (digits, HTTP, concurrency 1, one repeat, 1 s windows, one start-up each):
     python benchmarks/vs_triton.py --smoke
@@ -9,11 +9,10 @@ Smoke run (digits, HTTP, concurrency 1, one repeat, 1 s windows, one start-up ea
 Servers, each started per model on free 127.0.0.1 ports with only that model:
 - `ours`: the bundled model as it is (`simple`, `digits`, `resnet18` on our onnxruntime
   backend; `--ours-backend python` serves `simple` as the python model instead);
-- `ours-python`: our server on the python-backend form of the model, the same folder Triton
-  serves;
 - `triton`: tritonserver 2.51 from PyPI's nvidia-pytriton wheel, which has no onnxruntime
   backend: `simple` is numpy add/sub in a python model, `digits` and `resnet18` run onnxruntime
-  inside a python model, as CPU users of that wheel do (benchmarks/python_models.py).
+  inside a python model, as CPU users of that wheel do (benchmarks/python_models.py);
+- `ours-python`: our server on that python-model folder, the same model.py Triton runs.
 Every server's outputs are checked with tritonclient over every protocol measured (equal to
 numpy's for `simple`, to in-process onnxruntime's within 1e-4 otherwise) before anything is
 measured.
@@ -22,7 +21,7 @@ What is measured, per model (`--models`), protocol (`--protocols`, or `--modes` 
 streaming and system shared memory) and concurrency (`--concurrency`, else per model:
 simple 1 8, digits 1 8 32, resnet18 1 4 16): perf_analyzer runs with `--window-ms` windows
 (else 4 s, resnet18 8 s: ~20 ms an image), `-s 20`, the servers interleaved within each round
-(ours, ours-python, Triton, then in-process onnxruntime), `--repeats` rounds. A run whose
+(ours, Triton, ours-python, then in-process onnxruntime), `--repeats` rounds. A run whose
 windows never stabilise is measured again up to `--attempts` times, then left out (`n=`).
 - throughput and p95: each server's median infer/s [range], median p95, ratios of the medians
   to Triton's;
@@ -96,7 +95,7 @@ PLANS = {
     "resnet18": Plan((1, 4, 16), 8000),
 }
 CEILING_MODELS = ("digits", "resnet18")
-SERVERS = ("ours", "ours-python", "triton")
+SERVERS = ("ours", "triton", "ours-python")
 PROTOCOLS = ("http", "grpc")
 # mode -> (protocol, perf_analyzer flags): how the requests travel
 MODES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -181,6 +180,7 @@ def parse_args() -> argparse.Namespace:
                 setattr(args, name, SMOKE[name])
     if args.modes is None:
         args.modes = list(args.protocols)
+    args.servers = [name for name in SERVERS if name in args.servers]  # the columns' order
     return args
 
 

@@ -163,7 +163,7 @@ def sections(results: Results) -> list[Section]:
         if ceilings:
             rates = [c.rate for c in ceilings]
             first = ceilings[0]
-            label = f"{_rate_range(rates)} (batch {first.batch}, {first.threads} threads)"
+            label = f"{_rate_range(rates)} (batch {first.batch}, intra-op threads {first.threads})"
             in_process = statistics.median(rates)
             ceiling.rows.append([*key, label, *[_ratio(by_server[s], in_process) for s in servers]])
     found = [throughput, ceiling, resources]
