@@ -54,20 +54,15 @@ import csv
 import datetime
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import onnxruntime as ort
-from google.protobuf import text_format
-from peer import ROOT, check_outputs, free_port, install, python_model, run_main, triton
-from tritonclient.grpc import model_config_pb2 as mc
+from peer import ROOT, check_outputs, free_port, install, run_main, triton
+from python_models import ORT_TOLERANCE, build_bundled, reference, write_python_repository
 
 from common.atomic import write_text_atomic
 from common.serve_process import die_with_parent
@@ -103,96 +98,13 @@ SMOKE_SETTINGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# onnxruntime inside Triton's python backend. The stub puts its working directory first on
-# sys.path (numpy 1.26 there: this backend build sends numpy 2 outputs as 0 bytes) and ignores
-# PYTHONPATH, so onnxruntime's site-packages is appended here.
-ORT_MODEL = '''"""onnxruntime on the CPU inside Triton's python backend."""
-
-import sys
-
-sys.path.append({site_packages!r})
-
-import json
-import os
-
-import numpy as np
-import onnxruntime as ort
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        options = ort.SessionOptions()
-        threads = config.get("parameters", {{}}).get("intra_op_thread_count", {{}})
-        if threads.get("string_value"):
-            options.intra_op_num_threads = int(threads["string_value"])
-        path = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
-        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        self.input = config["input"][0]["name"]
-        self.outputs = [output["name"] for output in config["output"]]
-
-    def execute(self, requests):
-        arrays = [
-            pb_utils.get_input_tensor_by_name(request, self.input).as_numpy()
-            for request in requests
-        ]
-        results = self.session.run(self.outputs, {{self.input: np.concatenate(arrays)}})
-        responses, start = [], 0
-        for array in arrays:
-            end = start + len(array)
-            tensors = [
-                pb_utils.Tensor(name, np.ascontiguousarray(result[start:end]))
-                for name, result in zip(self.outputs, results)
-            ]
-            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-            start = end
-        return responses
-'''
-
-
-def bundled_config(model: str) -> mc.ModelConfig:
-    path = ROOT / "model_repository" / model / "config.pbtxt"
-    return text_format.Parse(path.read_text(), mc.ModelConfig())
-
-
-def write_triton_repository(models: list[str], destination: Path) -> None:
-    """Each model as a python model on onnxruntime, its config otherwise as bundled (the files
-    beside it, e.g. labels.txt, copied too)."""
-    source = ORT_MODEL.format(site_packages=str(Path(ort.__file__).resolve().parents[1]))
-    for model in models:
-        bundled, folder = ROOT / "model_repository" / model, destination / model
-        python_model(bundled_config(model), source, folder)
-        shutil.copy(bundled / "1" / "model.onnx", folder / "1")
-        for path in bundled.iterdir():
-            if path.is_file() and path.name != "config.pbtxt":
-                shutil.copy(path, folder)
-
-
-def reference(model: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Two random rows for `model` and the outputs in-process onnxruntime gives them."""
-    config = bundled_config(model)
-    (tensor,) = config.input
-    rng = np.random.default_rng(0)
-    batch = rng.standard_normal((2, *tensor.dims)).astype(np.float32)
-    options = ort.SessionOptions()
-    if "intra_op_thread_count" in config.parameters:
-        threads = config.parameters["intra_op_thread_count"].string_value
-        options.intra_op_num_threads = int(threads)
-    session = ort.InferenceSession(
-        str(ROOT / "model_repository" / model / "1" / "model.onnx"), options
-    )
-    names = [output.name for output in config.output]
-    outputs = session.run(names, {tensor.name: batch})
-    return {tensor.name: batch}, dict(zip(names, outputs, strict=True))
-
 
 def check_peer(wrapper: Path, repository: Path, models: list[str], scratch: Path) -> None:
     with triton(wrapper, repository, scratch / "check-triton.log") as server:
         for model in models:
             inputs, expected = reference(model)
             for protocol in ("grpc", "http"):
-                check_outputs(server, protocol, model, inputs, expected, tolerance=1e-4)
+                check_outputs(server, protocol, model, inputs, expected, ORT_TOLERANCE)
     print(f"triton: {', '.join(models)} answer as in-process onnxruntime (grpc and http)")
 
 
@@ -417,9 +329,7 @@ def main() -> None:
         if name not in MODES:
             parser.error(f"--modes: {name!r} is not one of {', '.join(MODES)}")
     if not all((ROOT / "model_repository" / m / "1" / "model.onnx").is_file() for m in models):
-        subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "build_model_repository.py")], check=True
-        )
+        build_bundled()
     paths = {
         "model_analyzer": install("install_model_analyzer.sh"),
         "triton": install("install_triton_peer.sh"),
@@ -433,7 +343,7 @@ def main() -> None:
         scratch = Path(scratch_name) if args.keep is None else args.keep.resolve()
         scratch.mkdir(parents=True, exist_ok=True)
         repository = scratch / "triton-repository"
-        write_triton_repository(models, repository)
+        write_python_repository(models, repository)
         check_peer(paths["triton"], repository, models, scratch)
         for model in models:
             for mode in modes:

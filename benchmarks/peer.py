@@ -5,6 +5,7 @@ checking outputs with tritonclient, one perf_analyzer run, and the median/range 
 from __future__ import annotations
 
 import csv
+import http.client
 import re
 import signal
 import socket
@@ -100,17 +101,54 @@ def wait_for_lines(
     raise ServeProcessError(f"no {' and '.join(names)} line in {log}:\n{log_tail(log)}")
 
 
-@contextmanager
-def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
-    """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`; stopped on exit."""
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-    command = [
+def triton_command(wrapper: Path, repository: Path, http_port: int) -> list[str]:
+    """tritonserver on `repository`, HTTP on 127.0.0.1:`http_port`, gRPC and metrics on other
+    free 127.0.0.1 ports."""
+    grpc_port, metrics_port = free_port(), free_port()
+    return [
         str(wrapper),
         *("--model-repository", str(repository)),
         *("--http-address", "127.0.0.1", "--http-port", str(http_port)),
         *("--grpc-address", "127.0.0.1", "--grpc-port", str(grpc_port)),
         *("--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)),
     ]
+
+
+def http_ready(address: str) -> bool:
+    """Whether GET /v2/health/ready at host:port answers 200 (False while refused)."""
+    host, port = address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=1.0)
+    try:
+        connection.request("GET", "/v2/health/ready")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+def wait_until_ready(
+    process: subprocess.Popen[bytes],
+    address: str,
+    log: Path,
+    timeout_s: float = START_TIMEOUT_S,
+    poll_s: float = 0.05,
+) -> None:
+    """Poll /v2/health/ready at `address` until 200; SystemExit when the process ends first or
+    `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not http_ready(address):
+        if process.poll() is not None:
+            raise SystemExit(f"{process.args!r} exited before ready:\n{log_tail(log)}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"not ready in {timeout_s:.0f} s:\n{log_tail(log)}")
+        time.sleep(poll_s)
+
+
+@contextmanager
+def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
+    """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`; stopped on exit."""
+    command = triton_command(wrapper, repository, free_port())
     with log.open("wb") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
@@ -118,16 +156,22 @@ def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
     try:
         lines = wait_for_lines(process, log, ["HTTPService", "GRPCInferenceService"])
         urls = {"http": lines["HTTPService"], "grpc": lines["GRPCInferenceService"]}
+        # Its "Started" lines can come a moment before the HTTP port accepts connections.
+        wait_until_ready(process, urls["http"], log)
         yield Server("triton", process, log, urls)
     finally:
         stop_serve_process(process)
 
 
 @contextmanager
-def ours(repository: Path, log: Path, extra: Sequence[str] = ()) -> Iterator[Server]:
-    """Our server on `repository` with `extra` flags; stopped on exit."""
+def ours(
+    repository: Path, log: Path, extra: Sequence[str] = (), name: str = "ours"
+) -> Iterator[Server]:
+    """Our server on `repository` with `extra` flags, called `name` in the results; stopped on
+    exit."""
     process, http_url = start_serve_process(repository, log, extra, timeout_s=START_TIMEOUT_S)
     try:
+        wait_until_ready(process, http_url, log)
         urls = {"http": http_url}
         pattern = re.compile(r"Started GRPCInferenceService at ([0-9.]+):(\d+)")
         deadline = time.monotonic() + GRPC_LINE_WAIT_S
@@ -137,7 +181,7 @@ def ours(repository: Path, log: Path, extra: Sequence[str] = ()) -> Iterator[Ser
                 urls["grpc"] = f"{match.group(1)}:{match.group(2)}"
                 break
             time.sleep(0.1)
-        yield Server("ours", process, log, urls)
+        yield Server(name, process, log, urls)
     finally:
         stop_serve_process(process)
 

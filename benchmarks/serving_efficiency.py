@@ -19,11 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
 import psutil
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2 as mc
+from in_process import InProcess
 
 from analyzer.api import LoadLevel, LoadOptions, MeasureSettings, measure
 from common.serve_process import start_serve_process, stop_serve_process
@@ -40,24 +38,11 @@ MODELS = {
 
 def in_process_throughput(model: str, seconds: float) -> tuple[float, int]:
     """Best inferences/s over the batch sizes, and the batch size that gave it."""
-    name, shape, sizes, _ = MODELS[model]
-    config = text_format.Parse((REPOSITORY / model / "config.pbtxt").read_text(), mc.ModelConfig())
-    options = ort.SessionOptions()
-    if "intra_op_thread_count" in config.parameters:
-        options.intra_op_num_threads = int(config.parameters["intra_op_thread_count"].string_value)
-    session = ort.InferenceSession(str(REPOSITORY / model / "1" / "model.onnx"), options)
-    rng = np.random.default_rng(0)
+    _, _, sizes, _ = MODELS[model]
+    runtime = InProcess(model, REPOSITORY)
     best = (0.0, 0)
     for size in sizes:
-        feed = {name: rng.random((size, *shape), dtype=np.float32)}
-        for _ in range(3):
-            session.run(None, feed)
-        count = 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds / len(sizes):
-            session.run(None, feed)
-            count += size
-        rate = count / (time.perf_counter() - start)
+        rate = runtime.rate(size, seconds / len(sizes))
         print(f"  in-process {model} batch {size:>3}: {rate:10.1f} infer/s")
         best = max(best, (rate, size))
     return best
