@@ -29,7 +29,7 @@ from serve.http.native.endpoint import NativeHttpEndpoint
 from serve.log_settings import LogSettings
 from serve.metrics.endpoint import build_metrics_app
 from serve.repository.manager import ControlMode, ModelRepository
-from serve.sockets import bind_tcp
+from serve.sockets import LISTEN_BACKLOG, bind_tcp
 
 log = logging.getLogger("serve")
 
@@ -120,6 +120,7 @@ class AsgiEndpoint:
             access_log=log_verbose > 1,
             log_level="info" if log_verbose else "warning",
             timeout_graceful_shutdown=STOP_GRACE_S,
+            backlog=LISTEN_BACKLOG,
             timeout_keep_alive=KEEP_ALIVE_IDLE_S,
             proxy_headers=False,  # each of these costs CPU on every response
             server_header=False,

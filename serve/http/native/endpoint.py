@@ -9,7 +9,7 @@ from typing import Any
 from serve.dataplane import DataPlane
 from serve.http.native.protocol import HttpConnection
 from serve.http.native.routes import NativeRoutes
-from serve.sockets import bind_tcp
+from serve.sockets import LISTEN_BACKLOG, bind_tcp
 
 log = logging.getLogger("serve.http")
 
@@ -54,7 +54,9 @@ class NativeHttpEndpoint:
         sock = bind_tcp(self._address, self._port)
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(self._connection, sock=sock)
+            self._server = await loop.create_server(
+                self._connection, sock=sock, backlog=LISTEN_BACKLOG
+            )
         except BaseException:
             sock.close()
             raise
