@@ -190,6 +190,7 @@ class HttpConnection(asyncio.Protocol):
         self._read_paused = False
         self._write_paused = False
         self._draining = False
+        self._closing = False
         self.active = False  # set on every read; the idle sweep clears it
 
     # -- asyncio.Protocol --------------------------------------------------------------------
@@ -308,6 +309,8 @@ class HttpConnection(asyncio.Protocol):
                 _run(answered.on_written)
                 answered.on_written = None
             return
+        if self._closing:  # closed after an earlier answer: connection_lost drops the rest
+            return
         pending = self._pending
         if not pending or pending[0].head is None:
             return
@@ -346,7 +349,7 @@ class HttpConnection(asyncio.Protocol):
         slot = self._pending[0]
         if slot.expect_continue and not slot.continued and not slot.body_received:
             slot.continued = True
-            if slot.head is None and self._transport is not None:
+            if slot.head is None and self._transport is not None and not self._closing:
                 self._transport.write(_CONTINUE)
 
     def _malformed(self, reason: str) -> None:
@@ -384,6 +387,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _close(self) -> None:
         if self._transport is not None:
+            self._closing = True
             self._transport.close()
 
     # -- lifetime ----------------------------------------------------------------------------

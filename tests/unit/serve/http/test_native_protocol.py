@@ -353,9 +353,14 @@ async def _lose_when_closed(connection: HttpConnection, transport: FakeTransport
 
 def test_stop_gives_up_after_the_grace() -> None:
     async def scenario() -> None:
-        connection, transport, _ = connect()
-        connection.data_received(get("/never-answered"))
+        connection, transport, handler = connect()
+        connection.data_received(get("/late"))
         await connection.drain_and_close(0.01)
         assert transport.closed
+        written: list[str] = []
+        handler.answer(0, on_written=lambda: written.append("late"))  # not written: closing
+        assert transport.writes == []
+        connection.connection_lost(None)
+        assert written == ["late"]
 
     asyncio.run(scenario())
