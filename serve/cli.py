@@ -60,6 +60,14 @@ def _apply(flags: list[Any]) -> Any:
     show_default=True,
     help="Address HTTP binds; loopback unless told otherwise (tritonserver: 0.0.0.0).",
 )
+@click.option(
+    "--http-front-end",
+    type=click.Choice(["native", "uvicorn"]),
+    default="native",
+    show_default=True,
+    help="native: HTTP/1.1 served by this server on asyncio and httptools (the fast path); "
+    "uvicorn: the ASGI application under uvicorn.",
+)
 @_apply(_endpoint_flags("grpc", 8001, "KServe v2 gRPC"))
 @click.option(
     "--grpc-address",
@@ -150,6 +158,7 @@ def serve_command(
     grpc_address: str,
     grpc_max_message_bytes: int,
     grpc_front_end: str,
+    http_front_end: str,
     allow_metrics: bool,
     metrics_port: int,
     metrics_address: str,
@@ -174,6 +183,7 @@ def serve_command(
         metrics=EndpointOptions(allow_metrics, metrics_address, metrics_port),
         grpc_max_message_bytes=grpc_max_message_bytes,
         grpc_front_end=grpc_front_end,
+        http_front_end=http_front_end,
         server_id=server_id,
         control_mode=mode,
         load_models=list(load_models),

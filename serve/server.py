@@ -23,12 +23,13 @@ import uvicorn
 from serve.dataplane import DataPlane
 from serve.grpc.endpoint import GrpcEndpoint
 from serve.grpc.native import NativeGrpcEndpoint
-from serve.http.app import build_http_app
+from serve.http.app import build_control_plane, build_http_app
 from serve.http.infer_route import InferRoute
+from serve.http.native.endpoint import NativeHttpEndpoint
 from serve.log_settings import LogSettings
 from serve.metrics.endpoint import build_metrics_app
 from serve.repository.manager import ControlMode, ModelRepository
-from serve.sockets import bind_tcp
+from serve.sockets import LISTEN_BACKLOG, bind_tcp
 
 log = logging.getLogger("serve")
 
@@ -39,7 +40,11 @@ log = logging.getLogger("serve")
 # ("failed to parse the request JSON buffer: The document is empty"). uvicorn closes after 5 s
 # idle by default; a day only bounds peers that vanished without closing, which TCP keepalive
 # probes (SO_KEEPALIVE on the listening socket, inherited by every accepted one) find sooner.
+# Both HTTP front ends apply it.
 KEEP_ALIVE_IDLE_S = 24 * 60 * 60
+
+# How long a stop waits for the requests in flight to be answered.
+STOP_GRACE_S = 30
 
 # Triton's gRPC clients send and accept messages of any size up to 2 GiB - 1; grpcio's own
 # default receive limit (4 MiB) would refuse a batch of a few images.
@@ -65,6 +70,9 @@ class ServerOptions:
     # "native": gRPC framed on asyncio (serve.grpc.http2), ~3x grpcio's server here;
     # "grpcio": grpcio's own server (grpc.aio).
     grpc_front_end: str = "native"
+    # "native": HTTP/1.1 on asyncio.Protocol + httptools (serve.http.native), the infer route
+    # answered from the DataPlane's callback; "uvicorn": the ASGI app under uvicorn.
+    http_front_end: str = "native"
     server_id: str = "autotune"  # the name in server metadata (tritonserver --id)
     control_mode: ControlMode = ControlMode.NONE
     load_models: list[str] = field(default_factory=list)
@@ -111,7 +119,8 @@ class AsgiEndpoint:
             log_config=None,  # uvicorn's loggers go through the server's (serve.log_settings)
             access_log=log_verbose > 1,
             log_level="info" if log_verbose else "warning",
-            timeout_graceful_shutdown=30,
+            timeout_graceful_shutdown=STOP_GRACE_S,
+            backlog=LISTEN_BACKLOG,
             timeout_keep_alive=KEEP_ALIVE_IDLE_S,
             proxy_headers=False,  # each of these costs CPU on every response
             server_header=False,
@@ -145,8 +154,21 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
     """The endpoints the options enable, in start order."""
     endpoints: list[Endpoint] = []
     if options.http.enabled:
-        app = build_http_app(dataplane)
-        endpoints.append(AsgiEndpoint("HTTPService", app, options.http, options.log_verbose))
+        http = options.http
+        if options.http_front_end == "native":
+            endpoints.append(
+                NativeHttpEndpoint(
+                    dataplane,
+                    build_control_plane(dataplane),
+                    http.address,
+                    http.port,
+                    idle_close_s=KEEP_ALIVE_IDLE_S,
+                    grace_s=STOP_GRACE_S,
+                )
+            )
+        else:
+            app = build_http_app(dataplane)
+            endpoints.append(AsgiEndpoint("HTTPService", app, http, options.log_verbose))
     if options.grpc.enabled:
         grpc = options.grpc
         front_end = NativeGrpcEndpoint if options.grpc_front_end == "native" else GrpcEndpoint

@@ -217,8 +217,10 @@ def test_the_tree_check_fails_on_a_violating_file(tmp_path: Path) -> None:
 # stays protocol-neutral.
 TRANSPORT_LIBRARIES: dict[str, str] = {
     "grpc": "serve.grpc",
+    "hpack": "serve.grpc",
     "fastapi": "serve.http",
     "starlette": "serve.http",
+    "httptools": "serve.http",
 }
 
 
@@ -249,5 +251,7 @@ def test_the_transport_check_finds_a_core_module_importing_grpc() -> None:
     assert transport_violations("import grpc", "serve.dataplane")
     assert transport_violations("from fastapi import FastAPI", "serve.grpc.service")
     assert transport_violations("from grpc import aio", "serve.http.app")
+    assert transport_violations("import httptools", "serve.dataplane")
+    assert not transport_violations("import httptools", "serve.http.native.protocol")
     assert not transport_violations("from grpc import aio", "serve.grpc.endpoint")
     assert not transport_violations("import grpc", "protocol.client.grpc")

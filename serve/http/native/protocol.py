@@ -1,0 +1,465 @@
+"""One HTTP/1.1 client connection on asyncio.Protocol, parsed by httptools.
+
+Each request gets a `ResponseSlot` in the connection's queue when its headers are read; a
+handler answers it (now or later, from any callback on the loop) with `slot.send`, and answers
+leave in request order: a pipelined request answered early waits for those before it, and
+every answer ready at once goes out in one `transport.write`. No task or future per request.
+
+HTTP/1.1 as clients use it: keep-alive (idle connections stay open for the client to close),
+`Connection: close` and HTTP/1.0 (closed after the answer unless it asks for keep-alive),
+`Expect: 100-continue` (the interim answer once the request is first in line and its body has
+not arrived), chunked bodies (httptools joins them), HEAD (headers only), Content-Length on
+every answer. A malformed request is answered 400 after the answers before it, then the
+connection closes. Backpressure: reading stops while `MAX_PENDING` answers wait or the
+transport asks to pause writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Protocol, cast
+
+import httptools
+
+from serve.http.codec import encode_error
+
+log = logging.getLogger("serve.http")
+
+# Answers a connection may owe before it stops reading more requests (pipelining clients).
+MAX_PENDING = 64
+
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_CONNECTION_CLOSE = b"connection: close\r\n"
+_CONNECTION_KEEP_ALIVE = b"connection: keep-alive\r\n"
+_CONTENT_LENGTH = b"content-length: "
+_CRLF = b"\r\n"
+_EXPECT = b"expect"
+_JSON_HEADER = b"content-type: application/json\r\n"
+_NO_BODY = (204, 304)
+
+
+def _status_line(status: int) -> bytes:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    return f"HTTP/1.1 {status} {phrase}\r\n".encode("latin-1")
+
+
+_STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
+
+
+Address = tuple[str, int]
+
+
+class HttpRequest:
+    """A request as read: method, target (the raw URL) and headers (names lower-cased) as
+    bytes; the whole body; `recv_start` is when its headers were read (monotonic ns, 0 when
+    the handler does not time requests)."""
+
+    __slots__ = ("body", "headers", "http_version", "method", "recv_start", "target")
+
+    def __init__(
+        self,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        http_version: str,
+        recv_start: int,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.http_version = http_version
+        self.recv_start = recv_start
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of a header (`name` lower-case)."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+class RequestHandler(Protocol):
+    """What answers the requests of a connection (see `serve.http.native.routes`)."""
+
+    @property
+    def timing(self) -> bool:
+        """Whether requests should carry `recv_start` (the core traces requests)."""
+        ...
+
+    def handle(self, request: HttpRequest, slot: ResponseSlot) -> None:
+        """Answer the request, now or later, with `slot.send` exactly once."""
+        ...
+
+
+class ResponseSlot:
+    """The place of one request's answer in its connection's queue."""
+
+    __slots__ = (
+        "_connection",
+        "body",
+        "body_received",
+        "close",
+        "content_length",
+        "continued",
+        "expect_continue",
+        "head",
+        "head_only",
+        "keep_alive_header",
+        "on_written",
+    )
+
+    def __init__(self, connection: HttpConnection, close: bool, head_only: bool) -> None:
+        self._connection = connection
+        self.close = close  # close the connection after this answer
+        self.head_only = head_only  # a HEAD request: headers without the body
+        self.keep_alive_header = False  # an HTTP/1.0 keep-alive request: say so in the answer
+        self.expect_continue = False
+        self.continued = False
+        self.body_received = False
+        self.head: bytes | None = None  # status line and headers, without the framing ones
+        self.body = b""
+        self.content_length = -1
+        self.on_written: Callable[[], None] | None = None
+
+    def send(
+        self,
+        status: int,
+        headers: bytes,
+        body: bytes,
+        on_written: Callable[[], None] | None = None,
+        content_length: int = -1,
+    ) -> None:
+        """Answer: `headers` are whole header lines ("name: value\\r\\n" each), without
+        Content-Length and Connection, which the connection adds; `content_length` (a HEAD
+        answer's, when `body` is empty) replaces len(body). `on_written` runs once the answer is
+        written, or dropped with its connection."""
+        if self.head is not None:
+            raise RuntimeError("a request is answered once")
+        status_line = _STATUS_LINES.get(status) or _status_line(status)
+        self.head = status_line + headers if headers else status_line
+        self.body = body
+        self.content_length = -2 if status < 200 or status in _NO_BODY else content_length
+        self.on_written = on_written
+        self._connection._answered(self)
+
+    def addresses(self) -> tuple[Address | None, Address | None]:
+        """(client, server) as ASGI's scope gives them."""
+        return self._connection.addresses()
+
+    def disconnected(self) -> asyncio.Future[None]:
+        """Done when the connection is gone (the ASGI bridge's `http.disconnect`)."""
+        return self._connection.lost()
+
+
+class HttpConnection(asyncio.Protocol):
+    """The server side of one HTTP/1.1 connection."""
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        on_lost: Callable[[HttpConnection], None] | None = None,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self._handler = handler
+        self._on_lost = on_lost
+        self._max_pending = max_pending
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._pending: deque[ResponseSlot] = deque()
+        self._lost: asyncio.Future[None] | None = None
+        self._addresses: tuple[Address | None, Address | None] | None = None
+        # the request being read
+        self._in_message = False
+        self._target = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+        self._slot: ResponseSlot | None = None
+        self._recv_start = 0
+        # connection state
+        self._stopped = False  # no more requests are read (close asked, malformed, stopping)
+        self._read_paused = False
+        self._write_paused = False
+        self._draining = False
+        self._closing = False
+        self.active = False  # set on every read; the idle sweep clears it
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._stopped = True
+        pending = list(self._pending)  # the request being read is in it, last
+        self._pending.clear()
+        self._slot = None
+        for slot in pending:
+            slot.close = True
+            if slot.on_written is not None:
+                _run(slot.on_written)
+                slot.on_written = None
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    def pause_writing(self) -> None:
+        # The client reads its answers slower than they are written: stop reading its
+        # requests until the transport's buffer drains.
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.active = True
+        if self._stopped:
+            return  # after a request that closes the connection, or a malformed one
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # Upgrades (h2c, websocket) are not served: the request was answered as a plain
+            # one, and the bytes after it belong to another protocol.
+            self._stop_reading()
+        except httptools.HttpParserError as exc:
+            if not self._stopped:  # bytes after `Connection: close` are not an error
+                self._malformed(str(exc))
+        self._continue_first()
+        self._update_reading()
+
+    # -- httptools callbacks -----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._in_message = True
+        self._target = b""
+        self._headers = []
+        self._body = []
+
+    def on_url(self, url: bytes) -> None:
+        self._target += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        method = parser.get_method()
+        slot = ResponseSlot(self, not parser.should_keep_alive(), method == b"HEAD")
+        if parser.get_http_version() == "1.0":
+            slot.keep_alive_header = not slot.close
+        else:
+            for name, value in self._headers:
+                if name == _EXPECT:
+                    slot.expect_continue = value.lower() == b"100-continue"
+        self._slot = slot
+        self._pending.append(slot)
+        self._recv_start = time.monotonic_ns() if self._handler.timing else 0
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        slot = self._slot
+        self._slot = None
+        self._in_message = False
+        if slot is None:  # cannot happen: headers always complete first
+            return
+        slot.body_received = True
+        parts = self._body
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._body = []
+        parser = self._parser
+        request = HttpRequest(
+            parser.get_method(),
+            self._target,
+            self._headers,
+            body,
+            parser.get_http_version(),
+            self._recv_start,
+        )
+        if slot.close:
+            self._stopped = True
+        try:
+            self._handler.handle(request, slot)
+        except Exception as exc:
+            log.exception("HTTP request handler failed")
+            if slot.head is None:
+                slot.send(500, _JSON_HEADER, encode_error(f"internal error: {exc!r}"))
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def _answered(self, answered: ResponseSlot) -> None:
+        """A slot was answered: write every answer now first in line."""
+        transport = self._transport
+        if transport is None:  # the connection is gone: drop the answer
+            if answered.on_written is not None:
+                _run(answered.on_written)
+                answered.on_written = None
+            return
+        if self._closing:  # closed after an earlier answer: connection_lost drops the rest
+            return
+        pending = self._pending
+        if not pending or pending[0].head is None:
+            return
+        out: list[bytes] = []
+        written: list[Callable[[], None]] = []
+        close = False
+        while pending:
+            slot = pending[0]
+            head = slot.head
+            if head is None:
+                break
+            pending.popleft()
+            if self._draining and not pending and not self._in_message:
+                slot.close = True  # the last answer owed before the server stops
+            out.append(head)
+            _frame(slot, out)
+            if slot.on_written is not None:
+                written.append(slot.on_written)
+                slot.on_written = None
+            if slot.close:
+                close = True
+                break
+        transport.write(out[0] if len(out) == 1 else b"".join(out))
+        for on_written in written:
+            _run(on_written)
+        if close:
+            self._close()
+            return
+        self._continue_first()
+        self._update_reading()
+
+    def _continue_first(self) -> None:
+        """`100 Continue` for the first request in line when it waits for it."""
+        if not self._pending:
+            return
+        slot = self._pending[0]
+        if slot.expect_continue and not slot.continued and not slot.body_received:
+            slot.continued = True
+            if slot.head is None and self._transport is not None and not self._closing:
+                self._transport.write(_CONTINUE)
+
+    def _malformed(self, reason: str) -> None:
+        log.warning("malformed HTTP request: %s", reason)
+        self._stopped = True
+        slot = self._slot
+        self._slot = None
+        self._in_message = False
+        if slot is None or slot.head is not None:
+            slot = ResponseSlot(self, True, False)
+            self._pending.append(slot)
+        slot.close = True
+        slot.head_only = False
+        slot.send(400, _JSON_HEADER, encode_error(f"malformed HTTP request: {reason}"))
+
+    def _stop_reading(self) -> None:
+        """Read no more requests: close once the answers owed are written."""
+        self._stopped = True
+        if self._pending:
+            self._pending[-1].close = True
+        elif not self._in_message:
+            self._close()
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        pause = self._write_paused or len(self._pending) >= self._max_pending
+        if pause != self._read_paused:
+            self._read_paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._closing = True
+            self._transport.close()
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """No answer owed and no request half read."""
+        return not self._pending and not self._in_message
+
+    def addresses(self) -> tuple[Address | None, Address | None]:
+        if self._addresses is None:
+            transport = self._transport
+            if transport is None:
+                return None, None
+            self._addresses = (
+                _address(transport.get_extra_info("peername")),
+                _address(transport.get_extra_info("sockname")),
+            )
+        return self._addresses
+
+    def lost(self) -> asyncio.Future[None]:
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+            if self._transport is None:
+                self._lost.set_result(None)
+        return self._lost
+
+    def close_if_idle(self) -> bool:
+        if self._transport is not None and self.idle:
+            self._close()
+            return True
+        return False
+
+    async def drain_and_close(self, grace_s: float) -> None:
+        """Answer what is owed (up to `grace_s`), then close; an idle connection closes now."""
+        if self._transport is None:
+            return
+        self._draining = True
+        if self.idle:
+            self._close()
+        elif self._pending and self._pending[-1].head is not None and not self._in_message:
+            self._pending[-1].close = True  # already answered, waiting for those before it
+        try:
+            await asyncio.wait_for(asyncio.shield(self.lost()), grace_s)
+        except TimeoutError:
+            log.warning("HTTP: closing a connection with %d answers owed", len(self._pending))
+            self._close()
+
+
+def _frame(slot: ResponseSlot, out: list[bytes]) -> None:
+    """Content-Length, Connection, the blank line and the body after the slot's head."""
+    body = slot.body
+    length = slot.content_length
+    if length != -2:  # 1xx, 204 and 304 answers carry neither Content-Length nor a body
+        out += (_CONTENT_LENGTH, b"%d" % (length if length >= 0 else len(body)), _CRLF)
+    if slot.close:
+        out.append(_CONNECTION_CLOSE)
+    elif slot.keep_alive_header:
+        out.append(_CONNECTION_KEEP_ALIVE)
+    out.append(_CRLF)
+    if body and not slot.head_only:
+        out.append(body)
+
+
+def _address(name: object) -> Address | None:
+    if isinstance(name, tuple) and len(name) >= 2:
+        return str(name[0]), int(name[1])
+    return None
+
+
+def _run(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:
+        log.exception("HTTP answer callback failed")
