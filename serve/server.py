@@ -1,7 +1,8 @@
 """Server lifecycle: load the repository, start the endpoints (HTTP, gRPC, metrics), drain and
 stop on SIGINT / SIGTERM.
 
-Each endpoint is an `Endpoint`: started once the models are loaded, logged as tritonserver logs
+The endpoints' modules (FastAPI, the gRPC stubs, ...) are imported in a thread while the models
+load. Each endpoint is an `Endpoint`: started once the models are loaded, logged as tritonserver logs
 it ("Started HTTPService at host:port"; launchers read the bound port from that line), stopped
 in reverse order after the signal.
 """
@@ -10,26 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
-import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
-
-import uvicorn
+from typing import TYPE_CHECKING, Any, Protocol
 
 from serve.dataplane import DataPlane
-from serve.grpc.endpoint import GrpcEndpoint
-from serve.grpc.native import NativeGrpcEndpoint
-from serve.http.app import build_control_plane, build_http_app
-from serve.http.infer_route import InferRoute
-from serve.http.native.endpoint import NativeHttpEndpoint
 from serve.log_settings import LogSettings
-from serve.metrics.endpoint import build_metrics_app
 from serve.repository.manager import ControlMode, ModelRepository
-from serve.sockets import LISTEN_BACKLOG, bind_tcp
+
+if TYPE_CHECKING:
+    from serve.http.native.endpoint import Routes
+
+ASGIApp = Any
 
 log = logging.getLogger("serve")
 
@@ -96,91 +93,85 @@ class Endpoint(Protocol):
         ...
 
 
-class _UvicornServer(uvicorn.Server):
-    """uvicorn's server without its own signal capture: uvicorn re-raises a captured signal
-    after shutdown, which would kill the process before the repository drains and exit 0."""
+def import_front_ends(options: ServerOptions) -> None:
+    """Import the modules of the endpoints the options enable (FastAPI, the gRPC stubs, ...):
+    `run_server` does it in a thread while the models load, which takes a good part of the
+    start-up off the time to ready."""
+    for module in _front_end_modules(options):
+        importlib.import_module(module)
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
-
-class AsgiEndpoint:
-    """An ASGI application under uvicorn (httptools, the running loop) on its own socket."""
-
-    def __init__(self, name: str, app: object, options: EndpointOptions, log_verbose: int) -> None:
-        self.name = name
-        self._options = options
-        config = uvicorn.Config(
-            app,  # type: ignore[arg-type]
-            loop="none",
-            http="httptools",
-            lifespan="off",
-            log_config=None,  # uvicorn's loggers go through the server's (serve.log_settings)
-            access_log=log_verbose > 1,
-            log_level="info" if log_verbose else "warning",
-            timeout_graceful_shutdown=STOP_GRACE_S,
-            backlog=LISTEN_BACKLOG,
-            timeout_keep_alive=KEEP_ALIVE_IDLE_S,
-            proxy_headers=False,  # each of these costs CPU on every response
-            server_header=False,
-            date_header=False,
+def _front_end_modules(options: ServerOptions) -> list[str]:
+    modules = []
+    if options.http.enabled:
+        modules.append("serve.http.app")
+        modules.append(
+            "serve.http.native.endpoint"
+            if options.http_front_end == "native"
+            else "serve.http.uvicorn_endpoint"
         )
-        self._server = _UvicornServer(config)
-        self._socket: socket.socket | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> tuple[str, int]:
-        self._socket = bind_tcp(self._options.address, self._options.port)
-        self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]))
-        while not self._server.started and not self._task.done():
-            await asyncio.sleep(0.01)
-        if self._task.done():
-            self._task.result()  # raises what stopped it
-            raise OSError(f"{self.name} stopped while starting")
-        host, port = self._socket.getsockname()[:2]
-        return host, port
-
-    async def stop(self) -> None:
-        self._server.should_exit = True
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await self._task
-        if self._socket is not None:
-            self._socket.close()
+    if options.grpc.enabled:
+        modules.append(
+            "serve.grpc.native" if options.grpc_front_end == "native" else "serve.grpc.endpoint"
+        )
+    if options.metrics.enabled:
+        modules += ["serve.metrics.endpoint", "serve.http.native.endpoint"]
+    return modules
 
 
 def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoint]:
     """The endpoints the options enable, in start order."""
+    from serve.http.native.routes import AsgiRoutes, NativeRoutes
+
     endpoints: list[Endpoint] = []
     if options.http.enabled:
+        from serve.http.app import build_control_plane, build_http_app
+
         http = options.http
         if options.http_front_end == "native":
+            routes = NativeRoutes(dataplane, build_control_plane(dataplane))
+            endpoints.append(_native_http("HTTPService", routes, http))
+        else:
+            from serve.http.uvicorn_endpoint import AsgiEndpoint
+
             endpoints.append(
-                NativeHttpEndpoint(
-                    dataplane,
-                    build_control_plane(dataplane),
-                    http.address,
-                    http.port,
+                AsgiEndpoint(
+                    "HTTPService",
+                    build_http_app(dataplane),
+                    http,
+                    options.log_verbose,
                     idle_close_s=KEEP_ALIVE_IDLE_S,
                     grace_s=STOP_GRACE_S,
                 )
             )
-        else:
-            app = build_http_app(dataplane)
-            endpoints.append(AsgiEndpoint("HTTPService", app, http, options.log_verbose))
     if options.grpc.enabled:
         grpc = options.grpc
-        front_end = NativeGrpcEndpoint if options.grpc_front_end == "native" else GrpcEndpoint
+        if options.grpc_front_end == "native":
+            from serve.grpc.native import NativeGrpcEndpoint as front_end
+        else:
+            from serve.grpc.endpoint import GrpcEndpoint as front_end  # type: ignore[assignment]
         endpoints.append(
             front_end(dataplane, grpc.address, grpc.port, options.grpc_max_message_bytes)
         )
     if options.metrics.enabled:
+        from serve.metrics.endpoint import build_metrics_app
+
         metrics = build_metrics_app(dataplane.repository.loaded, dataplane.custom_metrics)
-        endpoints.append(
-            AsgiEndpoint("Metrics Service", metrics, options.metrics, options.log_verbose)
-        )
+        endpoints.append(_native_http("Metrics Service", AsgiRoutes(metrics), options.metrics))
     return endpoints
+
+
+def _native_http(name: str, routes: Routes, options: EndpointOptions) -> Endpoint:
+    from serve.http.native.endpoint import NativeHttpEndpoint
+
+    return NativeHttpEndpoint(
+        name,
+        routes,
+        options.address,
+        options.port,
+        idle_close_s=KEEP_ALIVE_IDLE_S,
+        grace_s=STOP_GRACE_S,
+    )
 
 
 def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> DataPlane:
@@ -205,7 +196,11 @@ async def run_server(options: ServerOptions, logs: LogSettings | None = None) ->
         loop.add_signal_handler(sig, stop.set)
     started: list[Endpoint] = []
     try:
-        failed = await dataplane.repository.start(options.load_models)
+        loading = asyncio.ensure_future(dataplane.repository.start(options.load_models))
+        try:
+            await asyncio.to_thread(import_front_ends, options)
+        finally:
+            failed = await loading
         if failed and options.exit_on_error:
             log.error(
                 "failed to load all models (%s); exiting as --exit-on-error is true",
@@ -229,11 +224,13 @@ async def run_server(options: ServerOptions, logs: LogSettings | None = None) ->
 
 
 @contextlib.asynccontextmanager
-async def open_http_app(options: ServerOptions) -> AsyncIterator[InferRoute]:
+async def open_http_app(options: ServerOptions) -> AsyncIterator[ASGIApp]:
     """The ASGI application over the repository, loaded as `run_server` loads it, without a
     socket (to run the routes in-process: an ASGI host, or httpx.ASGITransport); on exit it
     stops accepting inference and unloads every model. Only the repository options are used.
     The app needs no lifespan events."""
+    from serve.http.app import build_http_app
+
     dataplane = new_dataplane(options)
     try:
         await dataplane.repository.start(options.load_models)

@@ -1,14 +1,14 @@
-"""The native HTTP endpoint: a listening socket whose connections are `HttpConnection`s."""
+"""A native HTTP endpoint: a listening socket whose connections are `HttpConnection`s, each
+request answered by the endpoint's routes (`serve.http.native.routes`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Protocol
 
-from serve.dataplane import DataPlane
-from serve.http.native.protocol import HttpConnection
-from serve.http.native.routes import NativeRoutes
+from serve.http.native.asgi_bridge import AsgiBridge
+from serve.http.native.protocol import HttpConnection, RequestHandler
 from serve.sockets import LISTEN_BACKLOG, bind_tcp
 
 log = logging.getLogger("serve.http")
@@ -18,22 +18,27 @@ log = logging.getLogger("serve.http")
 _SWEEPS_PER_LIMIT = 24
 
 
-class NativeHttpEndpoint:
-    """KServe v2 HTTP on `serve.http.native` (the default front end)."""
+class Routes(RequestHandler, Protocol):
+    """A request handler whose ASGI bridge the stop waits for."""
 
-    name = "HTTPService"
+    bridge: AsgiBridge
+
+
+class NativeHttpEndpoint:
+    """HTTP/1.1 on `serve.http.native`: KServe v2 (the default front end) or metrics."""
 
     def __init__(
         self,
-        dataplane: DataPlane,
-        control_plane: Any,
+        name: str,
+        routes: Routes,
         address: str,
         port: int,
         *,
         idle_close_s: float,
         grace_s: float = 30.0,
     ) -> None:
-        self._routes = NativeRoutes(dataplane, control_plane)
+        self.name = name  # as tritonserver logs it: HTTPService, Metrics Service
+        self._routes = routes
         self._address = address
         self._port = port
         self._idle_close_s = idle_close_s

@@ -1,6 +1,7 @@
 """What answers each request of the native front end: POST .../infer is decoded, submitted and
 answered from the DataPlane's completion callback (`serve.http.infer_call`), with no task or
-future per request; every other request goes to the FastAPI control plane (`asgi_bridge`)."""
+future per request; every other request goes to the FastAPI control plane (`asgi_bridge`).
+`AsgiRoutes` serves an ASGI application alone (the metrics endpoint)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,23 @@ _CONTENT_TYPE = {
 _HEADER_LENGTH_LINE = HEADER_LENGTH_ASGI + b": %d\r\n"
 
 
+class AsgiRoutes:
+    """Every request to one ASGI application."""
+
+    timing = False
+
+    def __init__(self, app: Any) -> None:
+        self.bridge = AsgiBridge(app)
+
+    def handle(self, request: HttpRequest, slot: ResponseSlot) -> None:
+        target = parsed_target(request, slot)
+        if target is not None:
+            self.bridge.run(request, *target, slot)
+
+
 class NativeRoutes:
+    """The KServe v2 routes: infer answered natively, the rest by the control plane."""
+
     def __init__(self, dataplane: DataPlane, control_plane: Any) -> None:
         self._dataplane = dataplane
         self._tracer = dataplane.tracer
@@ -37,12 +54,10 @@ class NativeRoutes:
         return self._tracer.active
 
     def handle(self, request: HttpRequest, slot: ResponseSlot) -> None:
-        try:
-            path, raw_path, query = split_target(request.target)
-        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
-            shown = request.target[:200].decode("latin-1")
-            slot.send(400, _CONTENT_TYPE[JSON], encode_error(f"malformed request target {shown!r}"))
+        target = parsed_target(request, slot)
+        if target is None:
             return
+        path, raw_path, query = target
         if request.method == b"POST":
             match = INFER_PATH.match(path)
             if match is not None:
@@ -72,6 +87,16 @@ def send_answer(slot: ResponseSlot, answer: InferAnswer) -> None:
         return
     answer.sending()
     slot.send(answer.status, headers, answer.body, answer.sent)
+
+
+def parsed_target(request: HttpRequest, slot: ResponseSlot) -> tuple[str, bytes, bytes] | None:
+    """`split_target` of the request's target, or None once a 400 answered a malformed one."""
+    try:
+        return split_target(request.target)
+    except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+        shown = request.target[:200].decode("latin-1")
+        slot.send(400, _CONTENT_TYPE[JSON], encode_error(f"malformed request target {shown!r}"))
+        return None
 
 
 def split_target(target: bytes) -> tuple[str, bytes, bytes]:

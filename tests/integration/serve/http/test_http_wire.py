@@ -161,11 +161,9 @@ def test_malformed_request_is_answered_400_and_closed(server: RunningServer) -> 
     assert rest == b""
 
 
-def test_malformed_request_after_others_waits_for_their_answers(
-    server: RunningServer, front_end: str
-) -> None:
-    if front_end != "native":
-        pytest.skip("uvicorn answers 400 at once and drops the answers owed before it")
+# the native front end's promise: uvicorn answers 400 at once and drops the answers owed
+@pytest.mark.parametrize("front_end", ["native"], indirect=True)
+def test_malformed_request_after_others_waits_for_their_answers(server: RunningServer) -> None:
     infer = json_infer("simple", "before", {"INPUT0": A, "INPUT1": B})
     with _connect(server) as sock:
         sock.sendall(infer + b"NOT AN HTTP REQUEST\r\n\r\n")

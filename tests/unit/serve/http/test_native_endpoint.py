@@ -7,6 +7,7 @@ import asyncio
 from types import SimpleNamespace
 
 from serve.http.native.endpoint import NativeHttpEndpoint
+from serve.http.native.routes import NativeRoutes
 from tests.unit.serve.http.test_native_protocol import FakeTransport, get
 
 SWEEPS = 24  # per idle limit
@@ -16,8 +17,8 @@ def test_only_connections_idle_for_the_whole_limit_are_closed() -> None:
     async def scenario() -> None:
         dataplane = SimpleNamespace(tracer=SimpleNamespace(active=False))
         endpoint = NativeHttpEndpoint(
-            dataplane,  # type: ignore[arg-type]
-            control_plane=None,
+            "HTTPService",
+            NativeRoutes(dataplane, control_plane=None),  # type: ignore[arg-type]
             address="127.0.0.1",
             port=0,
             idle_close_s=3600.0,
