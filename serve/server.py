@@ -2,9 +2,9 @@
 stop on SIGINT / SIGTERM.
 
 The endpoints' modules (FastAPI, the gRPC stubs, ...) are imported in a thread while the models
-load. Each endpoint is an `Endpoint`: started once the models are loaded, logged as tritonserver logs
-it ("Started HTTPService at host:port"; launchers read the bound port from that line), stopped
-in reverse order after the signal.
+load. Each endpoint is an `Endpoint`: started once the models are loaded, logged as
+tritonserver logs it ("Started HTTPService at host:port"; launchers read the bound port from
+that line), stopped in reverse order after the signal.
 """
 
 from __future__ import annotations
