@@ -1,0 +1,133 @@
+"""Our server against itself under two sets of flags, side by side: e.g. the native HTTP front
+end against uvicorn's, on the same model, same load, same machine.
+
+Both servers start once on free 127.0.0.1 ports, serving a copy of the bundled `--model`; their
+outputs are checked with tritonclient before anything is measured. NVIDIA's perf_analyzer then
+measures each protocol and concurrency with the two servers interleaved (A, B, A, B, ...),
+`--repeats` times each; each run also records the server's CPU seconds (its whole process tree)
+per 1,000 requests. The script prints every run, then per cell the median [range] of each side
+and the ratios B / A of the median throughput and of the median CPU per request.
+
+    python benchmarks/ours_ab.py                       # native HTTP front end (B) vs uvicorn (A)
+    python benchmarks/ours_ab.py --a-flag=--grpc-front-end=grpcio --b-flag=--grpc-front-end=native \
+        --protocols grpc
+
+Installs perf_analyzer on first use (scripts/install_perf_analyzer.sh, under .cache/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from peer import ROOT, Run, check_outputs, install, measure, ours, revision, run_main
+from python_models import reference, simple_reference
+from usage import UsageMonitor
+
+
+@dataclass(frozen=True)
+class Sample:
+    run: Run
+    cpu_s_per_1000: float | None
+
+
+def _median_range(values: list[float], spec: str) -> str:
+    if not values:
+        return "-"
+    median = statistics.median(values)
+    return f"{median:{spec}} [{min(values):{spec}}-{max(values):{spec}}]"
+
+
+def _print_summary(samples: list[Sample], names: tuple[str, str]) -> None:
+    print()
+    print("median [range] per cell: infer/s, p95 ms, server CPU s per 1,000 requests; B / A")
+    cells = sorted({(s.run.cell, s.run.concurrency) for s in samples})
+    for cell, concurrency in cells:
+        here = [s for s in samples if (s.run.cell, s.run.concurrency) == (cell, concurrency)]
+        sides = [[s for s in here if s.run.server == name] for name in names]
+        rows = []
+        for name, side in zip(names, sides, strict=True):
+            rates = [s.run.infer_per_s for s in side]
+            p95 = [s.run.p95_us / 1000 for s in side]
+            cpu = [s.cpu_s_per_1000 for s in side if s.cpu_s_per_1000 is not None]
+            rows.append((rates, cpu))
+            print(
+                f"{cell} c{concurrency} {name}: {_median_range(rates, ',.0f')} infer/s, "
+                f"p95 {_median_range(p95, '.2f')} ms, CPU {_median_range(cpu, '.3f')} s"
+            )
+        (rates_a, cpu_a), (rates_b, cpu_b) = rows
+        if rates_a and rates_b:
+            ratio = statistics.median(rates_b) / statistics.median(rates_a)
+            line = f"{cell} c{concurrency} B / A: throughput {ratio:.2f}"
+            if cpu_a and cpu_b:
+                cpu_ratio = statistics.median(cpu_b) / statistics.median(cpu_a)
+                line += f", CPU per request {cpu_ratio:.2f}"
+            print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="simple", choices=("simple", "digits", "resnet18"))
+    parser.add_argument("--a-flag", action="append", default=None, metavar="FLAG")
+    parser.add_argument("--b-flag", action="append", default=None, metavar="FLAG")
+    parser.add_argument("--protocols", nargs="+", default=["http"], choices=("http", "grpc"))
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--window-ms", type=int, default=3000)
+    parser.add_argument("--attempts", type=int, default=3)
+    args = parser.parse_args()
+    a_flags = args.a_flag if args.a_flag is not None else ["--http-front-end=uvicorn"]
+    b_flags = args.b_flag if args.b_flag is not None else ["--http-front-end=native"]
+    names = ("A", "B")
+
+    binary = install("install_perf_analyzer.sh")
+    print(f"ours {revision()}; A: {' '.join(a_flags)}; B: {' '.join(b_flags)}")
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory() as scratch_name, ExitStack() as stack:
+        scratch = Path(scratch_name)
+        repository = scratch / "repository"
+        shutil.copytree(ROOT / "model_repository" / args.model, repository / args.model)
+        servers = [
+            stack.enter_context(ours(repository, scratch / f"{name}.log", flags, name=name))
+            for name, flags in zip(names, (a_flags, b_flags), strict=True)
+        ]
+        inputs, expected = simple_reference() if args.model == "simple" else reference(args.model)
+        tolerance = 0.0 if args.model == "simple" else 1e-4
+        for server in servers:
+            for protocol in args.protocols:
+                check_outputs(server, protocol, args.model, inputs, expected, tolerance)
+        for protocol in args.protocols:
+            for concurrency in args.concurrency:
+                for repeat in range(1, args.repeats + 1):
+                    for server in servers:
+                        label = f"{protocol} c{concurrency} #{repeat} {server.name}"
+                        with UsageMonitor(server, args.model) as monitor:
+                            run = measure(
+                                args.attempts,
+                                label,
+                                binary,
+                                server,
+                                args.model,
+                                protocol,
+                                concurrency,
+                                args.window_ms,
+                                scratch,
+                                protocol,
+                            )
+                        if run is not None:
+                            usage = monitor.usage
+                            cpu = usage.cpu_s_per_1000 if usage is not None else None
+                            samples.append(Sample(run, cpu))
+    _print_summary(samples, names)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    run_main(main)
