@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -25,24 +24,6 @@ from serve.errors import ServeError
 from serve.inference import InferRequest
 
 log = logging.getLogger("serve.onnxruntime")
-
-# ONNX element types -> config data types.
-_ONNX_TO_CONFIG: dict[int, int] = {
-    onnx.TensorProto.BOOL: mc.TYPE_BOOL,
-    onnx.TensorProto.UINT8: mc.TYPE_UINT8,
-    onnx.TensorProto.UINT16: mc.TYPE_UINT16,
-    onnx.TensorProto.UINT32: mc.TYPE_UINT32,
-    onnx.TensorProto.UINT64: mc.TYPE_UINT64,
-    onnx.TensorProto.INT8: mc.TYPE_INT8,
-    onnx.TensorProto.INT16: mc.TYPE_INT16,
-    onnx.TensorProto.INT32: mc.TYPE_INT32,
-    onnx.TensorProto.INT64: mc.TYPE_INT64,
-    onnx.TensorProto.FLOAT16: mc.TYPE_FP16,
-    onnx.TensorProto.FLOAT: mc.TYPE_FP32,
-    onnx.TensorProto.DOUBLE: mc.TYPE_FP64,
-    onnx.TensorProto.STRING: mc.TYPE_STRING,
-    onnx.TensorProto.BFLOAT16: mc.TYPE_BF16,
-}
 
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=default-max-batch-size default
 
@@ -225,9 +206,15 @@ class OnnxRuntimeInstance(ModelInstance):
         self._session = None
 
 
-def _dims(value_info: onnx.ValueInfoProto) -> list[int]:
-    shape = value_info.type.tensor_type.shape
-    return [d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim]
+def graph_needed(config: mc.ModelConfig) -> bool:
+    """Whether completing `config` needs the graph: a list of inputs or outputs left empty, or
+    a declared tensor without a data type or dims (and no reshape)."""
+    if not config.input or not config.output:
+        return True
+    return any(
+        tensor.data_type == mc.TYPE_INVALID or (not tensor.dims and not tensor.HasField("reshape"))
+        for tensor in (*config.input, *config.output)
+    )
 
 
 class OnnxRuntimeBackend(Backend):
@@ -250,46 +237,7 @@ class OnnxRuntimeBackend(Backend):
             config.platform = "onnxruntime_onnx"
         if not config.backend:
             config.backend = "onnxruntime"
-        try:
-            model = onnx.load(str(model_path), load_external_data=False)
-        except Exception as exc:
-            raise ServeError.unavailable(
-                f"{model_path}: not a readable ONNX model: {exc}"
-            ) from None
-        graph = model.graph
-        initializers = {init.name for init in graph.initializer}
-        graph_inputs = [i for i in graph.input if i.name not in initializers]
-        graph_outputs = list(graph.output)
-        declared_nothing = not config.input and not config.output
-        if declared_nothing and config.max_batch_size == 0:
-            every = graph_inputs + graph_outputs
-            if every and all(_dims(v)[:1] == [-1] for v in every):
-                config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
-                if config.WhichOneof("scheduling_choice") is None:
-                    config.dynamic_batching.SetInParent()
-        skip_batch = 1 if config.max_batch_size > 0 else 0
-        self._complete_tensors(config.input, graph_inputs, skip_batch)
-        self._complete_tensors(config.output, graph_outputs, skip_batch)
+        if graph_needed(config):
+            from serve.backends.onnx_graph import complete_from_graph
 
-    @staticmethod
-    def _complete_tensors(
-        declared: Any, graph_tensors: list[onnx.ValueInfoProto], skip_batch: int
-    ) -> None:
-        # An empty list is completed from the graph; a declared list only gets its blanks filled
-        # (a config may list a subset of the outputs on purpose).
-        complete_list = len(declared) == 0
-        by_name = {t.name: t for t in declared}
-        for value_info in graph_tensors:
-            elem = value_info.type.tensor_type.elem_type
-            data_type = _ONNX_TO_CONFIG.get(elem, mc.TYPE_INVALID)
-            dims = _dims(value_info)[skip_batch:]
-            tensor = by_name.get(value_info.name)
-            if tensor is None:
-                if not complete_list:
-                    continue
-                tensor = declared.add()
-                tensor.name = value_info.name
-            if tensor.data_type == mc.TYPE_INVALID:
-                tensor.data_type = data_type
-            if not tensor.dims and not tensor.HasField("reshape"):
-                tensor.dims.extend(dims)
+            complete_from_graph(config, model_path, DEFAULT_MAX_BATCH_SIZE)
