@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import secrets
-import sys
 import weakref
-from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from serve.backends.python.protocol import ArenaRef
 
 MIN_ARENA_BYTES = 64 * 1024
+_SHM_DIR = "/dev/shm"  # where POSIX shared memory segments live on Linux
 SEGMENT_PREFIX = "atpy"  # segments are named atpy<server pid>_<random>_<n>
 
 
@@ -74,11 +74,11 @@ class Attachment:
     """
 
     def __init__(self) -> None:
-        self._shm: SharedMemory | None = None
+        self._shm: Mapping | None = None
         self._name = ""  # the attached segment's name (SharedMemory.name costs a call)
         self._buf: memoryview | None = None
         self._kept: list[weakref.ref[np.ndarray]] = []
-        self._retired: list[tuple[SharedMemory, list[weakref.ref[np.ndarray]]]] = []
+        self._retired: list[tuple[Mapping, list[weakref.ref[np.ndarray]]]] = []
 
     def buf(self, ref: ArenaRef) -> memoryview:
         if self._buf is not None and self._name == ref.name:
@@ -106,21 +106,37 @@ class Attachment:
         self._retired = still_viewed
 
 
-def _buffer(shm: SharedMemory) -> memoryview:
+def _buffer(shm: SharedMemory | Mapping) -> memoryview:
     buf = shm.buf
     if buf is None:  # typeshed allows it; only after close()
         raise RuntimeError(f"shared-memory segment {shm.name} is closed")
     return buf
 
 
-def attach(name: str) -> SharedMemory:
-    """Map an existing segment without letting this process's resource tracker own it.
+class Mapping:
+    """A segment mapped read-write by name, as `SharedMemory(name)` maps it, without the
+    resource tracker: before Python 3.13 attaching registers the segment with the attaching
+    process's tracker (which would unlink it when the stub exits, and costs every stub a
+    tracker process of its own). The server creates and unlinks every segment."""
 
-    The server creates and unlinks every segment. Before Python 3.13 attaching registers the
-    segment with the attaching process's tracker, which would unlink it when the stub exits.
-    """
-    if sys.version_info >= (3, 13):
-        return SharedMemory(name=name, track=False)
-    shm = SharedMemory(name=name)
-    resource_tracker.unregister(f"/{name}", "shared_memory")
-    return shm
+    def __init__(self, name: str) -> None:
+        fd = os.open(f"{_SHM_DIR}/{name}", os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            self._mmap = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.name = name
+        self.size = size
+        self.buf: memoryview | None = memoryview(self._mmap)
+
+    def close(self) -> None:
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
+        self._mmap.close()
+
+
+def attach(name: str) -> Mapping:
+    """Map an existing segment of the server's."""
+    return Mapping(name)
