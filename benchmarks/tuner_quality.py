@@ -52,14 +52,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import optuna
+from grid_drift import describe_drift, drift, live_model, load_reference, measure_reference
 
 from common.atomic import write_text_atomic
 from common.cpu import usable_cpu_count
 from serve.api import open_model_directory
 from tuner.budget import LatencyBudget
-from tuner.candidate import variant_filename
 from tuner.duration import Duration
-from tuner.evaluate import TrialEvaluator
 from tuner.remeasure import RemeasureSettings, remeasure, server_measurer
 from tuner.run import (
     Hooks,
@@ -73,7 +72,6 @@ from tuner.samplers import METHODS
 from tuner.samplers_replay import Measured, ReplayRun, replay, table_optimum
 from tuner.search_study import CANDIDATE, KEY, OUTCOME, sqlite_url
 from tuner.search_types import SearchSettings, TrialOutcome, TrialRecord
-from tuner.server_control import tuning_server
 from tuner.space import Platform, SearchSpace, SpaceOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,31 +129,50 @@ def setup(model: str, args: argparse.Namespace, repository: Path, scratch: Path)
     return Setup(model, options, space, label)
 
 
-def run_grid(bench: Setup, minutes: float) -> None:
-    """Measure grid points for up to `minutes` (the study resumes where it stopped)."""
+def run_grid(bench: Setup, minutes: float, chunk_minutes: float) -> None:
+    """Measure grid points for up to `minutes` (the study resumes where it stopped), in chunks
+    of `chunk_minutes`, the reference candidate measured before the first and after each
+    (benchmarks/grid_drift.py)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    print(f"{bench.model}: grid of {bench.space.size} candidates, {minutes:g} min this time")
+    deadline = time.monotonic() + minutes * 60
+    measure_reference(bench)
+    while not complete(bench, grid_table(bench)):
+        left = deadline - time.monotonic()
+        if left < 60:
+            break
+        _grid_chunk(bench, min(left, chunk_minutes * 60))
+        measure_reference(bench)
+    print(f"{bench.model}: {describe_drift(load_reference(bench))}")
+
+
+def _grid_chunk(bench: Setup, seconds: float) -> None:
     options = _replace_options(
         bench.options,
         search="grid",
         storage=sqlite_url(bench.stem.with_suffix(".db")),
         study_name=bench.grid_study,
-        time_budget=Duration.from_s(minutes * 60),
+        time_budget=Duration.from_s(seconds),
         remeasure=RemeasureSettings(top=0),
         # every candidate to its operating point, measured as a search's trial is (first pass,
         # full windows at the operating point) but never pruned: a figure cut short against
         # the grid's incumbent would be one no other method's search order would have got
         evaluation=replace(bench.options.evaluation, prune=False),
     )
-    print(f"{bench.model}: grid of {bench.space.size} candidates, {minutes:g} min this time")
-    tune_model(options, bench.model, options.time_budget, Hooks(note=print))
+    tune_model(options, bench.model, options.time_budget, Hooks())
 
 
 def grid_table(bench: Setup) -> dict[str, Measured]:
     """The grid study's outcomes by candidate key (the as-written trial under its key, "" when
     it is no point of the space)."""
     storage = sqlite_url(bench.stem.with_suffix(".db"))
-    study = optuna.load_study(study_name=bench.grid_study, storage=storage)
     table: dict[str, Measured] = {}
+    if not bench.stem.with_suffix(".db").is_file():
+        return table
+    try:
+        study = optuna.load_study(study_name=bench.grid_study, storage=storage)
+    except KeyError:  # no study of that name yet
+        return table
     for trial in study.get_trials(deepcopy=False):
         if OUTCOME not in trial.user_attrs or CANDIDATE not in trial.user_attrs:
             continue
@@ -178,6 +195,7 @@ def write_grid_json(bench: Setup, table: dict[str, Measured]) -> Path:
         "space": bench.space.describe(),
         "best": {"key": key, "throughput": best},
         "grid_seconds": sum(m.seconds for m in table.values()),
+        "drift": drift(load_reference(bench)),  # the series: <stem>.reference.json
         "candidates": [
             {"key": k, "outcome": m.outcome.to_json(), "seconds": m.seconds}
             for k, m in table.items()
@@ -267,51 +285,33 @@ def remeasure_winners(
         for i, c in enumerate(bench.space.grid_points())
     }
     settings = RemeasureSettings(top=2, repeats=repeats)
-    model_dir = bench.options.repository / bench.model
-    opened = open_model_directory(model_dir)
-    variants = prepare_model_variants(
-        bench.options, model_dir, opened.config, opened.model_file(), Hooks()
-    )
-    work = Path(tempfile.mkdtemp(prefix="tuner-quality-"))
-    try:
-        with tuning_server(model_dir, work, work / "server.log") as server:
-            for variant in variants:
-                if variant.model_path is not None and variant.precision != "fp32":
-                    name = variant_filename(opened.model_file().name, variant.precision)
-                    for version in opened.versions:
-                        server.add_variant(version, name, variant.model_path)
-            evaluation = bench.options.evaluation.for_model(opened.config)
-            by_precision = {v.precision: v for v in variants}
-            evaluator = TrialEvaluator(
-                opened.config, server, by_precision, bench.options.budget, evaluation
-            )
-            measure = server_measurer(server, evaluation, settings)
-            print(f"\n{bench.model}: winners re-measured live against the grid's ({grid_key})")
-            done: dict[str, str] = {}  # a winner several methods share is measured once
-            for method, key in pairs.items():
-                if key is None or key == grid_key:
-                    print(f"{method:<9} {'the grid winner itself' if key else 'no winner'}")
-                    continue
-                if key in done:
-                    print(f"{method:<9} as {done[key]}")
-                    continue
-                done[key] = method
-                result = remeasure(
-                    [records[key], records[grid_key]],
-                    lambda c: server.load(evaluator.config_for(c)),
-                    measure,
-                    bench.options.budget,
-                    settings,
-                    search_best=None,
-                ).result
-                mine, grid = result.candidates
-                if mine.throughput and grid.throughput:
-                    ratio = mine.throughput.median / grid.throughput.median
-                    print(f"{method:<9} {ratio:.3f} (median of {result.rounds} rounds; {key})")
-                else:
-                    print(f"{method:<9} not measured: {mine.message or grid.message}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with live_model(bench) as live:
+        server, evaluator = live.server, live.evaluator
+        measure = server_measurer(server, live.evaluation, settings)
+        print(f"\n{bench.model}: winners re-measured live against the grid's ({grid_key})")
+        done: dict[str, str] = {}  # a winner several methods share is measured once
+        for method, key in pairs.items():
+            if key is None or key == grid_key:
+                print(f"{method:<9} {'the grid winner itself' if key else 'no winner'}")
+                continue
+            if key in done:
+                print(f"{method:<9} as {done[key]}")
+                continue
+            done[key] = method
+            result = remeasure(
+                [records[key], records[grid_key]],
+                lambda c: server.load(evaluator.config_for(c)),
+                measure,
+                bench.options.budget,
+                settings,
+                search_best=None,
+            ).result
+            mine, grid = result.candidates
+            if mine.throughput and grid.throughput:
+                ratio = mine.throughput.median / grid.throughput.median
+                print(f"{method:<9} {ratio:.3f} (median of {result.rounds} rounds; {key})")
+            else:
+                print(f"{method:<9} not measured: {mine.message or grid.message}")
 
 
 def run_live(bench: Setup, table: dict[str, Measured] | None, args: argparse.Namespace) -> None:
@@ -340,6 +340,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="digits,resnet18")
     parser.add_argument("--grid-minutes", type=float, help="measure grid points this long")
+    parser.add_argument(
+        "--grid-chunk-minutes",
+        type=float,
+        default=4.0,
+        help="the reference candidate is measured again after each chunk this long",
+    )
     parser.add_argument("--methods", default=",".join(m for m in METHODS if m != "grid"))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--share", type=float, default=0.15, help="trials / grid size at most")
@@ -358,7 +364,7 @@ def main() -> None:
             bench = setup(model, args, repository, Path(scratch))
             table = load_grid_json(bench)
             if table is None and args.grid_minutes:
-                run_grid(bench, args.grid_minutes)
+                run_grid(bench, args.grid_minutes, args.grid_chunk_minutes)
                 measured = grid_table(bench)
                 if complete(bench, measured):
                     print(f"{model}: grid complete: {write_grid_json(bench, measured)}")
@@ -377,6 +383,7 @@ def main() -> None:
                 continue
             rows = replay_methods(bench, table, args)
             print_rows(model, sum(m.seconds for m in table.values()), rows)
+            print(f"{model}: the grid's {describe_drift(load_reference(bench))}")
             if args.remeasure_repeats:
                 remeasure_winners(bench, table, rows, args.remeasure_repeats)
 

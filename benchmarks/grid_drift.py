@@ -1,0 +1,124 @@
+"""How much the machine's speed moved while the exhaustive grid of benchmarks/tuner_quality.py
+was measured.
+
+The grid takes over an hour on 2 cores; a shared machine (other processes, or other virtual
+machines on the same host) can slow it by half for minutes at a time, and then candidates
+measured at different moments are not comparable (the first full grid of digits, 2026-12-02,
+saw the same kind of candidate measured 1.5x faster in its last 20 minutes than in its first
+hour). So the grid is measured in chunks, and before the first and after every chunk one
+reference candidate (the config as written) is measured again on a fresh server, warmed by a
+first measurement that is not kept: the spread of those measurements (highest / lowest) is the
+grid's drift, kept with the grid's results and printed with every comparison made against it.
+On this machine two such measurements a minute apart differed by up to 14% (2026-12-02), so the
+limit (1.10) flags any grid measured while the host was noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from common.atomic import write_text_atomic
+from serve.api import open_model_directory
+from tuner.candidate import variant_filename
+from tuner.evaluate import EvaluationSettings, TrialEvaluator
+from tuner.run import Hooks, prepare_model_variants
+from tuner.server_control import TuningServer, tuning_server
+
+if TYPE_CHECKING:
+    from tuner_quality import Setup
+
+# Above this drift (highest / lowest reference throughput) the grid's figures are flagged.
+DRIFT_LIMIT = 1.10
+
+
+@dataclass(frozen=True)
+class LiveModel:
+    """A private tuning server with the model and its precision variants, and the trial
+    evaluator that loads and measures candidates on it."""
+
+    server: TuningServer
+    evaluator: TrialEvaluator
+    evaluation: EvaluationSettings
+
+
+@contextmanager
+def live_model(bench: Setup) -> Iterator[LiveModel]:
+    model_dir = bench.options.repository / bench.model
+    opened = open_model_directory(model_dir)
+    variants = prepare_model_variants(
+        bench.options, model_dir, opened.config, opened.model_file(), Hooks()
+    )
+    work = Path(tempfile.mkdtemp(prefix="tuner-quality-"))
+    try:
+        with tuning_server(model_dir, work, work / "server.log") as server:
+            for variant in variants:
+                if variant.model_path is not None and variant.precision != "fp32":
+                    name = variant_filename(opened.model_file().name, variant.precision)
+                    for version in opened.versions:
+                        server.add_variant(version, name, variant.model_path)
+            evaluation = bench.options.evaluation.for_model(opened.config)
+            by_precision = {v.precision: v for v in variants}
+            evaluator = TrialEvaluator(
+                opened.config, server, by_precision, bench.options.budget, evaluation
+            )
+            yield LiveModel(server, evaluator, evaluation)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def reference_path(bench: Setup) -> Path:
+    return bench.stem.with_suffix(".reference.json")
+
+
+def load_reference(bench: Setup) -> list[dict[str, object]]:
+    path = reference_path(bench)
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def measure_reference(bench: Setup) -> None:
+    """Measure the config as written once more and append it to the grid's reference series."""
+    with live_model(bench) as live:
+        live.evaluator(bench.space.as_written())  # warms the fresh server (a cold one is slower)
+        outcome = live.evaluator(bench.space.as_written())
+    series = load_reference(bench)
+    series.append(
+        {
+            "time": datetime.now(UTC).isoformat(timespec="seconds"),
+            "throughput": outcome.throughput,
+            "status": outcome.status,
+        }
+    )
+    write_text_atomic(reference_path(bench), json.dumps(series, indent=1) + "\n")
+    print(f"{bench.model}: reference (config as written) {outcome.throughput:,.0f} infer/s")
+
+
+def drift(series: list[dict[str, object]]) -> float | None:
+    """Highest / lowest reference throughput; None with fewer than two measurements."""
+    rates = [float(str(m["throughput"])) for m in series if m.get("status") == "ok"]
+    rates = [r for r in rates if r > 0]
+    if len(rates) < 2:
+        return None
+    return max(rates) / min(rates)
+
+
+def describe_drift(series: list[dict[str, object]]) -> str:
+    spread = drift(series)
+    if spread is None:
+        return "drift unknown (fewer than two reference measurements)"
+    verdict = (
+        ""
+        if spread <= DRIFT_LIMIT
+        else (
+            f": OVER {DRIFT_LIMIT:.2f}, the machine's speed moved while the grid was measured;"
+            " its figures do not compare candidates fairly (measure it again on a quiet machine)"
+        )
+    )
+    return f"drift {spread:.2f} over {len(series)} reference measurements{verdict}"
