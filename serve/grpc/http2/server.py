@@ -7,6 +7,7 @@ import socket
 
 from serve.grpc.http2.calls import Router
 from serve.grpc.http2.connection import GrpcConnection
+from serve.sockets import LISTEN_BACKLOG
 
 
 class Http2GrpcServer:
@@ -25,7 +26,7 @@ class Http2GrpcServer:
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._connection, sock=sock)
+        self._server = await loop.create_server(self._connection, sock=sock, backlog=LISTEN_BACKLOG)
 
     async def stop(self, grace_s: float) -> None:
         """Stop accepting; each connection gets GOAWAY and answers its calls in flight."""
