@@ -26,7 +26,17 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from peer import ROOT, Run, check_outputs, install, measure, ours, revision, run_main
+from peer import (
+    ROOT,
+    Run,
+    check_outputs,
+    install,
+    measure,
+    median_range,
+    ours,
+    revision,
+    run_main,
+)
 from python_models import reference, simple_reference
 from usage import UsageMonitor
 
@@ -35,13 +45,6 @@ from usage import UsageMonitor
 class Sample:
     run: Run
     cpu_s_per_1000: float | None
-
-
-def _median_range(values: list[float], spec: str) -> str:
-    if not values:
-        return "-"
-    median = statistics.median(values)
-    return f"{median:{spec}} [{min(values):{spec}}-{max(values):{spec}}]"
 
 
 def _print_summary(samples: list[Sample], names: tuple[str, str]) -> None:
@@ -58,8 +61,8 @@ def _print_summary(samples: list[Sample], names: tuple[str, str]) -> None:
             cpu = [s.cpu_s_per_1000 for s in side if s.cpu_s_per_1000 is not None]
             rows.append((rates, cpu))
             print(
-                f"{cell} c{concurrency} {name}: {_median_range(rates, ',.0f')} infer/s, "
-                f"p95 {_median_range(p95, '.2f')} ms, CPU {_median_range(cpu, '.3f')} s"
+                f"{cell} c{concurrency} {name}: {median_range(rates, ',.0f')} infer/s, "
+                f"p95 {median_range(p95, '.2f')} ms, CPU {median_range(cpu, '.3f')} s"
             )
         (rates_a, cpu_a), (rates_b, cpu_b) = rows
         if rates_a and rates_b:

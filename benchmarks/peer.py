@@ -293,6 +293,14 @@ def measure(
     return None
 
 
+def median_range(values: Sequence[float], spec: str) -> str:
+    """ "median [lowest-highest]", each formatted with `spec`; "-" for no values."""
+    if not values:
+        return "-"
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:{spec}} [{low:{spec}}-{high:{spec}}]"
+
+
 def describe(runs: list[Run]) -> str:
     rates = [run.infer_per_s for run in runs]
     p95 = statistics.median(run.p95_us for run in runs) / 1000

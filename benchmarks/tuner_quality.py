@@ -53,6 +53,7 @@ from pathlib import Path
 
 import optuna
 from grid_drift import describe_drift, drift, live_model, load_reference, measure_reference
+from peer import median_range
 
 from common.atomic import write_text_atomic
 from common.cpu import usable_cpu_count
@@ -268,9 +269,9 @@ def print_rows(model: str, grid_seconds: float, rows: Sequence[MethodRow]) -> No
         trials = [r.trials / row.grid_size for r in row.runs]
         wall = [r.seconds / 60 for r in row.runs]
         print(
-            f"{row.method:<9} {_spread(row.ratios(), '.3f'):>22} "
-            f"{statistics.mean(row.ratios()):>6.3f} {_spread(trials, '.1%'):>22} "
-            f"{_spread(wall, '.1f'):>14} min"
+            f"{row.method:<9} {median_range(row.ratios(), '.3f'):>22} "
+            f"{statistics.mean(row.ratios()):>6.3f} {median_range(trials, '.1%'):>22} "
+            f"{median_range(wall, '.1f'):>14} min"
         )
 
 
@@ -390,11 +391,6 @@ def main() -> None:
 
 def _replace_options(options: TuneOptions, **changes: object) -> TuneOptions:
     return replace(options, **changes)  # type: ignore[arg-type]
-
-
-def _spread(values: Sequence[float], spec: str) -> str:
-    low, mid, high = min(values), statistics.median(values), max(values)
-    return f"{mid:{spec}} [{low:{spec}}-{high:{spec}}]"
 
 
 def _cpu_model() -> str:
