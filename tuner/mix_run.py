@@ -36,7 +36,7 @@ from tuner.run import (
     search_settings,
     time_left,
 )
-from tuner.run_schema import PipelineStep, RunSummary
+from tuner.run_schema import RunSummary
 from tuner.search import run_search
 from tuner.server_control import tuning_server
 from tuner.space import Platform
@@ -95,10 +95,7 @@ def tune_mix(
     summary = joint_summary(options, name, platform, result, models, space.describe())
     summary = replace(summary, traffic_mix=tuple(shares.items()))
     best = result.best.candidate if result.best is not None else None
-    if best is not None:
-        summary = with_best(options, summary, models, best, None)
-    else:
-        summary = replace(summary, pipeline=tuple(PipelineStep(m.model) for m in models))
+    summary = with_best(options, summary, models, best, None)
     write_model_report(summary, report_folder)
     return summary
 

@@ -194,10 +194,7 @@ def tune_pipeline(
     summary = joint_summary(options, name, platform, result, steps, space.describe())
     summary = with_remeasure(summary, remeasured)
     best = summary.best.candidate if summary.best is not None else None
-    if best is not None:
-        summary = with_best(options, summary, steps, best, ensemble_dir)
-    else:
-        summary = replace(summary, pipeline=tuple(PipelineStep(s.model) for s in steps))
+    summary = with_best(options, summary, steps, best, ensemble_dir)
     write_model_report(summary, report_folder)
     return summary
 
@@ -298,12 +295,14 @@ def with_best(
     options: TuneOptions,
     summary: RunSummary,
     steps: Sequence[StepSetup],
-    best: Candidate,
+    best: Candidate | None,
     ensemble_dir: Path | None,
 ) -> RunSummary:
     """The summary with each step's part of the best, its changes, and (unless dry-run) what
     was written: every changed step's config, all or none (also a traffic mix's models,
-    which have no ensemble: `ensemble_dir` None)."""
+    which have no ensemble: `ensemble_dir` None). No best: each step listed, nothing else."""
+    if best is None:
+        return replace(summary, pipeline=tuple(PipelineStep(s.model) for s in steps))
     tuned = {s.model: apply(step_candidate(best, s.model), s.base) for s in steps}
     changes = {
         s.model: tuple(ConfigChange(*c) for c in diff(s.base, tuned[s.model])) for s in steps
