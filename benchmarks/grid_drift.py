@@ -11,6 +11,12 @@ first measurement that is not kept: the spread of those measurements (highest / 
 grid's drift, kept with the grid's results and printed with every comparison made against it.
 On this machine two such measurements a minute apart differed by up to 14% (2026-12-02), so the
 limit (1.10) flags any grid measured while the host was noisy.
+
+Scaling each candidate by the reference measured around it was tried on the second grid
+(2026-12-02) and made things worse: consecutive references four minutes apart differed by up
+to 1.8x (6.9k to 16.3k infer/s over the grid), far more than the machine's slow drift, so the
+scaling carried one reference's noise into every candidate near it. What decides is the live
+re-measure of the winners, interleaved on one server (benchmarks/tuner_quality.py).
 """
 
 from __future__ import annotations

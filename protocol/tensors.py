@@ -6,7 +6,9 @@ Parsed BYTES tensors are object arrays of `bytes`.
 
 from __future__ import annotations
 
+import math
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,24 @@ from protocol.datatypes import WIRE_DTYPES
 from protocol.errors import ProtocolError
 
 _U32 = struct.Struct("<I")
+
+# The most elements (and the largest dimension) a tensor may have: numpy's index range.
+MAX_ELEMENTS = 2**63 - 1
+
+
+def element_count(shape: Sequence[int], label: str) -> int:
+    """The element count of a tensor of `shape` (non-negative sizes); ProtocolError naming
+    `label` when a size is negative or the shape could not be held even with a zero size in it
+    (numpy refuses such shapes outright)."""
+    if any(d < 0 for d in shape):
+        raise ProtocolError(f"{label}: shape must hold non-negative sizes, got {list(shape)}")
+    nonzero = math.prod(d for d in shape if d)
+    if nonzero > MAX_ELEMENTS:
+        raise ProtocolError(
+            f"{label}: shape {list(shape)} has more elements than a tensor can hold "
+            f"(at most 2^63-1)"
+        )
+    return math.prod(shape)
 
 
 def tensor_bytes(datatype: str, data: np.ndarray) -> bytes:

@@ -9,8 +9,17 @@ from typing import Any
 
 import click
 
+from serve.errors import ServeError
+from serve.http.limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_INPUT_BYTES,
+    DEFAULT_READ_TIMEOUT_S,
+    HttpLimits,
+)
 from serve.repository.manager import ControlMode
+from serve.restricted import API_GROUPS, RestrictedApis
 from serve.server import DEFAULT_GRPC_MESSAGE_BYTES, EndpointOptions, ServerOptions, serve_forever
+from serve.trace.settings import parse_trace_config
 
 _PORT = click.IntRange(0, 65535)
 
@@ -68,6 +77,38 @@ def _apply(flags: list[Any]) -> Any:
     help="native: HTTP/1.1 served by this server on asyncio and httptools (the fast path); "
     "uvicorn: the ASGI application under uvicorn.",
 )
+@click.option(
+    "--http-max-input-size",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_INPUT_BYTES,
+    show_default=True,
+    help="Largest HTTP request body in bytes; a larger one is answered 413 from its "
+    "Content-Length, before it is read.",
+)
+@click.option(
+    "--http-read-timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_READ_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a client has to send a whole request once it begins one; then 408 and the "
+    "connection closes (native front end; not in tritonserver).",
+)
+@click.option(
+    "--http-max-connections",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_CONNECTIONS,
+    show_default=True,
+    help="HTTP connections open at once; the requests of one more are answered 503 "
+    "(not in tritonserver).",
+)
+@click.option(
+    "--http-restricted-api",
+    "http_restricted_api",
+    multiple=True,
+    metavar="API[,API...]:KEY=VALUE",
+    help="Serve these HTTP APIs only to requests with header KEY: VALUE (others get 403); "
+    f"APIs: {', '.join(API_GROUPS)}. Repeatable.",
+)
 @_apply(_endpoint_flags("grpc", 8001, "KServe v2 gRPC"))
 @click.option(
     "--grpc-address",
@@ -89,6 +130,14 @@ def _apply(flags: list[Any]) -> Any:
     show_default=True,
     help="native: gRPC framed by this server on asyncio (the fast path); grpcio: grpcio's "
     "own server.",
+)
+@click.option(
+    "--grpc-restricted-protocol",
+    "grpc_restricted_protocol",
+    multiple=True,
+    metavar="API[,API...]:KEY=VALUE",
+    help="Serve these gRPC APIs only to calls with metadata KEY: VALUE (others get "
+    "PERMISSION_DENIED); APIs as for --http-restricted-api. Repeatable.",
 )
 @_apply(_endpoint_flags("metrics", 8002, "Prometheus metrics (/metrics)"))
 @click.option(
@@ -142,6 +191,22 @@ def _apply(flags: list[Any]) -> Any:
     "while the server is live.",
 )
 @click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, writable=True),
+    default="",
+    help="Write the log to this file instead of stderr (it cannot be changed through the "
+    "logging API, as in tritonserver).",
+)
+@click.option(
+    "--trace-config",
+    "trace_config",
+    multiple=True,
+    metavar="[triton,]KEY=VALUE",
+    help="Global trace settings, as tritonserver's: file=PATH and log-frequency=N (triton "
+    "mode), level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N. Repeatable. The trace file can only "
+    "be set here, not through the trace API.",
+)
+@click.option(
     "--log-verbose",
     type=click.IntRange(min=0),
     default=0,
@@ -158,7 +223,12 @@ def serve_command(
     grpc_address: str,
     grpc_max_message_bytes: int,
     grpc_front_end: str,
+    grpc_restricted_protocol: tuple[str, ...],
     http_front_end: str,
+    http_max_input_size: int,
+    http_read_timeout: float,
+    http_max_connections: int,
+    http_restricted_api: tuple[str, ...],
     allow_metrics: bool,
     metrics_port: int,
     metrics_address: str,
@@ -168,6 +238,8 @@ def serve_command(
     repository_poll_secs: float,
     exit_on_error: bool,
     strict_readiness: bool,
+    log_file: str,
+    trace_config: tuple[str, ...],
     log_verbose: int,
 ) -> None:
     """Serve a Triton model repository over KServe v2 HTTP and gRPC, with Prometheus metrics."""
@@ -176,6 +248,14 @@ def serve_command(
         raise click.UsageError("--load-model needs --model-control-mode explicit")
     if not (allow_http or allow_grpc):
         raise click.UsageError("--allow-http and --allow-grpc are both false: nothing to serve")
+    try:
+        http_restricted = RestrictedApis.parse(http_restricted_api, "--http-restricted-api")
+        grpc_restricted = RestrictedApis.parse(
+            grpc_restricted_protocol, "--grpc-restricted-protocol"
+        )
+        trace = parse_trace_config(trace_config)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     options = ServerOptions(
         model_repository=model_repository,
         http=EndpointOptions(allow_http, http_address, http_port),
@@ -184,6 +264,13 @@ def serve_command(
         grpc_max_message_bytes=grpc_max_message_bytes,
         grpc_front_end=grpc_front_end,
         http_front_end=http_front_end,
+        http_limits=HttpLimits(
+            max_input_bytes=http_max_input_size,
+            read_timeout_s=http_read_timeout,
+            max_connections=http_max_connections,
+        ),
+        http_restricted=http_restricted,
+        grpc_restricted=grpc_restricted,
         server_id=server_id,
         control_mode=mode,
         load_models=list(load_models),
@@ -191,9 +278,13 @@ def serve_command(
         exit_on_error=exit_on_error,
         strict_readiness=strict_readiness,
         log_verbose=log_verbose,
+        log_file=log_file,
+        trace=trace,
     )
     try:
         code = serve_forever(options)
     except OSError as exc:
         raise click.ClickException(f"cannot serve: {exc}") from None
+    except ServeError as exc:
+        raise click.ClickException(exc.message) from None
     sys.exit(code)

@@ -27,6 +27,7 @@ from serve.model_calls import DataPlaneCalls
 from serve.repository.manager import ModelRepository
 from serve.shared_memory.registry import SharedMemoryRegistry
 from serve.shared_memory.tensors import bind_regions, uses_shared_memory
+from serve.trace.settings import DEFAULTS, TraceValues
 from serve.trace.tracer import Tracer
 
 SERVER_NAME = "autotune"
@@ -74,12 +75,13 @@ class DataPlane:
         server_id: str = SERVER_NAME,
         strict_readiness: bool = True,
         log_settings: LogSettings | None = None,
+        trace_defaults: TraceValues = DEFAULTS,
     ) -> None:
         self.repository = repository
         self.accepting = True
         self.server_id = server_id
         self.strict_readiness = strict_readiness
-        self.tracer = Tracer()
+        self.tracer = Tracer(trace_defaults)
         self.logs = log_settings or LogSettings()
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetrics()  # what python models define, shown in /metrics

@@ -6,6 +6,10 @@ log_warning, log_error), how verbose (log_verbose_level: 1 and up adds the serve
 
 One handler on the root logger writes everything, so uvicorn's and grpc's loggers follow the
 same settings; a filter drops the severities that are switched off.
+
+The log file is chosen at start (`--log-file`) and cannot be changed through the API, as in
+tritonserver since 24.04: a client that could name the file could make the server write, or
+append its log lines to, any file it may write.
 """
 
 from __future__ import annotations
@@ -14,10 +18,9 @@ import logging
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
-from serve.errors import ServeError
+from serve.errors import ErrorKind, ServeError
 
 SERVER_LOGGER = "serve"
 FORMATS = ("default", "ISO8601")
@@ -63,8 +66,8 @@ class _IsoFormatter(logging.Formatter):
 class LogSettings:
     """The logging settings in force; `install` applies them to the process's logging."""
 
-    def __init__(self, verbose_level: int = 0) -> None:
-        self.values = LogValues(log_verbose_level=verbose_level)
+    def __init__(self, verbose_level: int = 0, log_file: str = "") -> None:
+        self.values = LogValues(log_file=log_file, log_verbose_level=verbose_level)
         self._handler: logging.Handler | None = None
         self._filter = _SeverityFilter(self.values)
 
@@ -73,13 +76,17 @@ class LogSettings:
 
     def update(self, update: dict[str, Any]) -> dict[str, LogValue]:
         """Apply the given settings (the others stay); ServeError naming a bad setting, and
-        then nothing changes."""
+        then nothing changes. `log_file` is refused: it is chosen at start."""
         if not update:
             return self.current()
+        if "log_file" in update:
+            raise ServeError(
+                ErrorKind.UNSUPPORTED,
+                "log file location can not be updated through network protocol (start the "
+                "server with --log-file)",
+            )
         parsed: dict[str, Any] = {k: _parse(k, v) for k, v in update.items()}
-        values = replace(self.values, **parsed)
-        handler = self._new_handler(values) if values.log_file != self.values.log_file else None
-        self._apply(values, handler)
+        self._apply(replace(self.values, **parsed), None)
         logging.getLogger(SERVER_LOGGER).debug("log settings now %s", self.current())
         return self.current()
 
@@ -94,7 +101,7 @@ class LogSettings:
             return logging.FileHandler(values.log_file, encoding="utf-8")
         except OSError as exc:
             raise ServeError.invalid(
-                f"log setting 'log_file': cannot write '{values.log_file}': {exc.strerror}"
+                f"--log-file: cannot write '{values.log_file}': {exc.strerror}"
             ) from None
 
     def _apply(self, values: LogValues, handler: logging.Handler | None) -> None:
@@ -119,14 +126,6 @@ class LogSettings:
 
 
 def _parse(name: str, value: Any) -> LogValue:
-    if name == "log_file":
-        if not isinstance(value, str):
-            raise ServeError.invalid(f"log setting 'log_file' must be a string, got {value!r}")
-        if value and not Path(value).expanduser().absolute().parent.is_dir():
-            raise ServeError.invalid(
-                f"log setting 'log_file': the folder of '{value}' does not exist"
-            )
-        return str(Path(value).expanduser()) if value else ""
     if name in ("log_info", "log_warning", "log_error"):
         if not isinstance(value, bool):
             raise ServeError.invalid(f"log setting '{name}' must be true or false, got {value!r}")

@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from serve.dataplane import DataPlane
+from serve.http.limits import HttpLimits
 from serve.log_settings import LogSettings
 from serve.repository.manager import ControlMode, ModelRepository
+from serve.restricted import RestrictedApis
+from serve.trace.settings import DEFAULTS, TraceValues
 
 if TYPE_CHECKING:
     from serve.http.native.endpoint import Routes
@@ -70,6 +73,12 @@ class ServerOptions:
     # "native": HTTP/1.1 on asyncio.Protocol + httptools (serve.http.native), the infer route
     # answered from the DataPlane's callback; "uvicorn": the ASGI app under uvicorn.
     http_front_end: str = "native"
+    http_limits: HttpLimits = field(
+        default_factory=HttpLimits
+    )  # request size, read timeout, connections
+    # APIs callers reach only with a key (--http-restricted-api, --grpc-restricted-protocol)
+    http_restricted: RestrictedApis = field(default_factory=RestrictedApis)
+    grpc_restricted: RestrictedApis = field(default_factory=RestrictedApis)
     server_id: str = "autotune"  # the name in server metadata (tritonserver --id)
     control_mode: ControlMode = ControlMode.NONE
     load_models: list[str] = field(default_factory=list)
@@ -77,6 +86,8 @@ class ServerOptions:
     exit_on_error: bool = False
     strict_readiness: bool = True
     log_verbose: int = 0
+    log_file: str = ""  # "" : stderr (tritonserver --log-file)
+    trace: TraceValues = DEFAULTS  # the global trace settings (tritonserver --trace-config)
 
 
 class Endpoint(Protocol):
@@ -129,19 +140,22 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
 
         http = options.http
         if options.http_front_end == "native":
-            routes = NativeRoutes(dataplane, build_control_plane(dataplane))
-            endpoints.append(_native_http("HTTPService", routes, http))
+            control_plane = build_control_plane(dataplane)
+            routes = NativeRoutes(dataplane, control_plane, options.http_restricted)
+            endpoints.append(_native_http("HTTPService", routes, http, options.http_limits))
         else:
+            from serve.http.access import RestrictedAccess
             from serve.http.uvicorn_endpoint import AsgiEndpoint
 
             endpoints.append(
                 AsgiEndpoint(
                     "HTTPService",
-                    build_http_app(dataplane),
+                    RestrictedAccess(build_http_app(dataplane), options.http_restricted),
                     http,
                     options.log_verbose,
                     idle_close_s=KEEP_ALIVE_IDLE_S,
                     grace_s=STOP_GRACE_S,
+                    limits=options.http_limits,
                 )
             )
     if options.grpc.enabled:
@@ -151,17 +165,27 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
         else:
             from serve.grpc.endpoint import GrpcEndpoint as front_end  # type: ignore[assignment]
         endpoints.append(
-            front_end(dataplane, grpc.address, grpc.port, options.grpc_max_message_bytes)
+            front_end(
+                dataplane,
+                grpc.address,
+                grpc.port,
+                options.grpc_max_message_bytes,
+                options.grpc_restricted,
+            )
         )
     if options.metrics.enabled:
         from serve.metrics.endpoint import build_metrics_app
 
         metrics = build_metrics_app(dataplane.repository.loaded, dataplane.custom_metrics)
-        endpoints.append(_native_http("Metrics Service", AsgiRoutes(metrics), options.metrics))
+        endpoints.append(
+            _native_http("Metrics Service", AsgiRoutes(metrics), options.metrics, HttpLimits())
+        )
     return endpoints
 
 
-def _native_http(name: str, routes: Routes, options: EndpointOptions) -> Endpoint:
+def _native_http(
+    name: str, routes: Routes, options: EndpointOptions, limits: HttpLimits
+) -> Endpoint:
     from serve.http.native.endpoint import NativeHttpEndpoint
 
     return NativeHttpEndpoint(
@@ -171,6 +195,7 @@ def _native_http(name: str, routes: Routes, options: EndpointOptions) -> Endpoin
         options.port,
         idle_close_s=KEEP_ALIVE_IDLE_S,
         grace_s=STOP_GRACE_S,
+        limits=limits,
     )
 
 
@@ -183,6 +208,7 @@ def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> Da
         server_id=options.server_id,
         strict_readiness=options.strict_readiness,
         log_settings=logs,
+        trace_defaults=options.trace,
     )
 
 
@@ -211,6 +237,12 @@ async def run_server(options: ServerOptions, logs: LogSettings | None = None) ->
             host, port = await endpoint.start()
             started.append(endpoint)
             log.info("Started %s at %s:%d", endpoint.name, host, port)
+        for transport, restricted in (
+            ("HTTP", options.http_restricted),
+            ("gRPC", options.grpc_restricted),
+        ):
+            if restricted:
+                log.info("restricted %s APIs: %s", transport, restricted.describe())
         await stop.wait()
     finally:
         dataplane.accepting = False
@@ -247,7 +279,7 @@ def serve_forever(options: ServerOptions) -> int:
     --exit-on-error stopped it."""
     import uvloop
 
-    logs = LogSettings(verbose_level=options.log_verbose)
+    logs = LogSettings(verbose_level=options.log_verbose, log_file=options.log_file)
     logs.install()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run_server(options, logs))

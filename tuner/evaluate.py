@@ -104,13 +104,21 @@ class TrialEvaluator:
         refused = precision_refusal(candidate, self._base, self._variants)
         if refused is not None:
             return refused
+        try:
+            crash = self._server.restart_if_exited()  # between trials
+        except ServerError as exc:
+            return TrialOutcome.failed(str(exc))
+        if crash is not None:
+            _log.warning("%s", crash)
         began = time.perf_counter()
         try:
             self._server.load(self.config_for(candidate))
         except ServerError as exc:
-            return TrialOutcome.failed(f"the server refused the config: {exc}")
+            return self._told_crash(TrialOutcome.failed(f"the server refused the config: {exc}"))
         loaded_s = time.perf_counter() - began
         outcome = self.measure(context)
+        if outcome.status == "failed":
+            outcome = self._told_crash(outcome)
         _log.debug(
             "trial %s (%s): load %.2f s, %s",
             context.number if context is not None else "-",
@@ -119,6 +127,18 @@ class TrialEvaluator:
             describe_steps(self.last_steps),
         )
         return outcome
+
+    def _told_crash(self, outcome: TrialOutcome) -> TrialOutcome:
+        """A failed trial whose server died under it says so (and the server is started
+        again for the next trial): the candidate failed, the search goes on."""
+        try:
+            crash = self._server.restart_if_exited()
+        except ServerError as exc:
+            return TrialOutcome.failed(f"{outcome.message}; {exc}")
+        if crash is None:
+            return outcome
+        _log.warning("%s", crash)
+        return TrialOutcome.failed(f"{crash}: {outcome.message}")
 
     def measure(self, context: TrialContext | None = None) -> TrialOutcome:
         """Search the highest load within the budget for the config loaded now."""

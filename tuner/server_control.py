@@ -113,6 +113,21 @@ class TuningServer:
             self.stop()
             raise ServerError(f"the tuning server did not start: {reason}") from None
 
+    def restart_if_exited(self) -> str | None:
+        """When the server process has exited (killed, out of memory, a crash), start it again
+        (models are loaded by the next trial) and say how it ended; None while it runs.
+        ServerError when it cannot start again."""
+        process = self._process
+        if process is None or process.poll() is None:
+            return None
+        code = process.returncode
+        last = log_tail(self._log_path, 1).strip()
+        self._process = None
+        self._grpc_url = ""
+        self.start()
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return f"the tuning server exited ({how}{'; ' + last if last else ''}) and was restarted"
+
     def url_for(self, protocol: str) -> str:
         """host:port of the endpoint of `protocol` ("http" or "grpc")."""
         if protocol != "grpc":

@@ -123,6 +123,6 @@ def config_from_json(text: str | bytes, source: str) -> mc.ModelConfig:
     config = mc.ModelConfig()
     try:
         json_format.Parse(text, config)
-    except json_format.ParseError as exc:
+    except (json_format.ParseError, UnicodeDecodeError) as exc:  # bytes: UTF-8 JSON or nothing
         raise ServeError.invalid(f"{source}: {exc}") from None
     return config

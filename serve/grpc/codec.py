@@ -20,7 +20,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from protocol.datatypes import ELEMENT_SIZE, WIRE_DTYPES, WIRE_TO_NUMPY
 from protocol.errors import ProtocolError
-from protocol.tensors import parse_bytes_tensor, tensor_bytes
+from protocol.tensors import element_count, parse_bytes_tensor, tensor_bytes
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse, RegionSlice, RequestedOutput
 from serve.shared_memory.tensors import output_region, region_slice
@@ -133,10 +133,10 @@ def _datatype_and_shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[
     if datatype not in WIRE_TO_NUMPY:
         raise ServeError.invalid(f"input '{tensor.name}': unknown datatype '{datatype}'")
     shape = list(tensor.shape)
-    if any(d < 0 for d in shape):
-        raise ServeError.invalid(
-            f"input '{tensor.name}': shape must hold non-negative sizes, got {shape}"
-        )
+    try:
+        element_count(shape, f"input '{tensor.name}'")
+    except ProtocolError as exc:
+        raise ServeError.invalid(str(exc)) from None
     return datatype, shape
 
 

@@ -1,13 +1,17 @@
 """The gRPC endpoint: a grpc.aio server on the running event loop serving
-`inference.GRPCInferenceService` over the DataPlane."""
+`inference.GRPCInferenceService` over the DataPlane (`--grpc-front-end grpcio`)."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from tritonclient.grpc import service_pb2_grpc
 
 from serve.dataplane import DataPlane
 from serve.grpc.service import InferenceServicer
+from serve.restricted import RestrictedApis, Restriction
 
 # Calls in flight when the server stops get this long to finish; then they are cancelled
 # (an open stream would otherwise hold the shutdown for as long as its client keeps it).
@@ -18,9 +22,15 @@ class GrpcEndpoint:
     name = "GRPCInferenceService"
 
     def __init__(
-        self, dataplane: DataPlane, address: str, port: int, max_message_bytes: int
+        self,
+        dataplane: DataPlane,
+        address: str,
+        port: int,
+        max_message_bytes: int,
+        restricted: RestrictedApis | None = None,
     ) -> None:
         self._dataplane = dataplane
+        self._restricted = restricted or RestrictedApis()
         self._address = address
         self._port = port
         self._options = [
@@ -33,7 +43,8 @@ class GrpcEndpoint:
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> tuple[str, int]:
-        server = grpc.aio.server(options=self._options)
+        interceptors = [_RestrictedMethods(self._restricted)] if self._restricted else []
+        server = grpc.aio.server(options=self._options, interceptors=interceptors)
         service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
             InferenceServicer(self._dataplane), server
         )
@@ -52,3 +63,38 @@ class GrpcEndpoint:
         if self._server is not None:
             await self._server.stop(STOP_GRACE_S)
             self._server = None
+
+
+class _RestrictedMethods(grpc.aio.ServerInterceptor):
+    """Calls to a restricted method without its key end PERMISSION_DENIED."""
+
+    def __init__(self, restricted: RestrictedApis) -> None:
+        self._restricted = restricted
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        restriction = self._restricted.for_grpc(details.method)
+        if handler is None or restriction is None:
+            return handler
+        metadata = details.invocation_metadata or ()
+        presented = next((value for key, value in metadata if key == restriction.key), None)
+        if restriction.allows(presented):
+            return handler
+        return _refusing(handler, restriction)
+
+
+def _refusing(handler: grpc.RpcMethodHandler, restriction: Restriction) -> grpc.RpcMethodHandler:
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, restriction.refusal)
+
+    codecs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse, **codecs)
+    return grpc.unary_unary_rpc_method_handler(refuse, **codecs)

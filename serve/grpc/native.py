@@ -28,6 +28,7 @@ from serve.grpc.service import InferenceServicer
 from serve.grpc.status import GRPC_STATUS
 from serve.grpc.stream import error_response, stream_answer
 from serve.inference import InferRequest, InferResponse
+from serve.restricted import RestrictedApis, Restriction
 from serve.sockets import bind_tcp
 
 log = logging.getLogger("serve.grpc")
@@ -174,22 +175,36 @@ class _Stream:
         self._call.send_message(answer.SerializeToString())
 
 
-def build_router(dataplane: DataPlane) -> Router:
-    """':path' -> method for every method of the service."""
+def build_router(dataplane: DataPlane, restricted: RestrictedApis | None = None) -> Router:
+    """':path' -> method for every method of the service; a restricted one admits only calls
+    carrying its key."""
     servicer = InferenceServicer(dataplane)
     routes: dict[bytes, RpcMethod] = {}
     for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
         path = f"/{SERVICE}/{method.name}".encode()
+        restriction = restricted.for_grpc(method.name) if restricted else None
+        admit = _admit(restriction) if restriction is not None else None
         if method.name == "ModelInfer":
-            routes[path] = RpcMethod(unary=_Infer(dataplane))
+            routes[path] = RpcMethod(unary=_Infer(dataplane), admit=admit)
         elif method.name in _STREAMING:
-            routes[path] = RpcMethod(open_stream=lambda call: _Stream(dataplane, call))
+            routes[path] = RpcMethod(open_stream=lambda call: _Stream(dataplane, call), admit=admit)
         else:
             request_type = getattr(pb, method.input_type.name)
             routes[path] = RpcMethod(
-                unary=_servicer_method(getattr(servicer, method.name), request_type)
+                unary=_servicer_method(getattr(servicer, method.name), request_type),
+                admit=admit,
             )
     return routes.get
+
+
+def _admit(restriction: Restriction) -> Callable[[list[tuple[bytes, bytes]]], str | None]:
+    key = restriction.key.encode("latin-1")
+
+    def admit(headers: list[tuple[bytes, bytes]]) -> str | None:
+        presented = next((value for name, value in headers if name == key), None)
+        return None if restriction.allows(presented) else restriction.refusal
+
+    return admit
 
 
 class NativeGrpcEndpoint:
@@ -197,10 +212,17 @@ class NativeGrpcEndpoint:
 
     name = "GRPCInferenceService"
 
-    def __init__(self, dataplane: DataPlane, address: str, port: int, max_message_bytes: int):
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        address: str,
+        port: int,
+        max_message_bytes: int,
+        restricted: RestrictedApis | None = None,
+    ):
         self._address = address
         self._port = port
-        self._server = Http2GrpcServer(build_router(dataplane), max_message_bytes)
+        self._server = Http2GrpcServer(build_router(dataplane, restricted), max_message_bytes)
 
     async def start(self) -> tuple[str, int]:
         sock = bind_tcp(self._address, self._port)

@@ -11,7 +11,6 @@ unaligned. BYTES tensors are object arrays of `bytes`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from protocol.headers import (
     HEADER_LENGTH,
     SHARED_MEMORY_REGION,
 )
-from protocol.tensors import parse_bytes_tensor, serialize_bytes_tensor
+from protocol.tensors import element_count, parse_bytes_tensor, serialize_bytes_tensor
 from serve.errors import ServeError
 from serve.inference import (
     InferRequest,
@@ -52,6 +51,9 @@ _KIND_NAMES = {
     "f": "floating-point numbers",
     "U": "strings",
 }
+# A length longer than this many digits is no length a body could have (and int() refuses
+# strings of more than 4,300 digits).
+_MAX_LENGTH_DIGITS = 19
 _FLOAT_MAX = {"FP16": float(np.finfo(np.float16).max), "FP32": float(np.finfo(np.float32).max)}
 
 
@@ -59,9 +61,12 @@ def parse_header_length(value: str | bytes | None) -> int | None:
     """The `Inference-Header-Content-Length` header as an int; None when absent."""
     if value is None:
         return None
-    if not (value.isascii() and value.isdigit()):
-        shown = value.decode("latin-1") if isinstance(value, bytes) else value
-        raise ServeError.invalid(f"{HEADER_LENGTH} must be a non-negative integer, got {shown!r}")
+    if not (value.isascii() and value.isdigit()) or len(value) > _MAX_LENGTH_DIGITS:
+        shown = value[:40].decode("latin-1") if isinstance(value, bytes) else value[:40]
+        raise ServeError.invalid(
+            f"{HEADER_LENGTH} must be a non-negative integer of at most {_MAX_LENGTH_DIGITS} "
+            f"digits, got {shown!r}{'...' if len(value) > 40 else ''}"
+        )
     return int(value)
 
 
@@ -73,8 +78,9 @@ def decode_infer_request(
         body = bytes(body)
     body_length = len(body)
     json_end = _json_end(header_length, body_length)
+    header_bytes = body if json_end == body_length else body[:json_end]
     try:
-        header = orjson.loads(body if json_end == body_length else body[:json_end])
+        header = orjson.loads(header_bytes)
     except orjson.JSONDecodeError as exc:
         raise ServeError.invalid(f"malformed JSON in the inference request: {exc}") from None
     if type(header) is not dict:
@@ -87,8 +93,11 @@ def decode_infer_request(
     region_inputs: dict[str, tuple[tuple[int, ...], RegionSlice]] = {}
     datatypes: dict[str, str] = {}
     offset = json_end
+    # numpy reads [true, 1] as integers: JSON data is searched for booleans only when the
+    # header holds a JSON literal true or false at all
+    literals = b"true" in header_bytes or b"false" in header_bytes
     for index, spec in enumerate(raw_inputs):
-        name, datatype, array, offset = _decode_input(spec, index, body, offset)
+        name, datatype, array, offset = _decode_input(spec, index, body, offset, literals)
         if name in datatypes:
             raise ServeError.invalid(f"input '{name}' appears more than once")
         if isinstance(array, tuple):
@@ -182,7 +191,7 @@ def _json_end(header_length: int | None, body_length: int) -> int:
 
 
 def _decode_input(
-    spec: Any, index: int, body: bytes, offset: int
+    spec: Any, index: int, body: bytes, offset: int, literals: bool
 ) -> tuple[str, str, np.ndarray | tuple[tuple[int, ...], RegionSlice], int]:
     """One input: (name, datatype, array or (shape, shared-memory range), offset of the next
     binary input)."""
@@ -201,7 +210,10 @@ def _decode_input(
         raise ServeError.invalid(
             f"input '{name}': 'shape' must be a list of non-negative integers, got {shape!r}"
         )
-    count = math.prod(shape)
+    try:
+        count = element_count(shape, f"input '{name}'")
+    except ProtocolError as exc:
+        raise ServeError.invalid(str(exc)) from None
 
     params = spec.get("parameters")
     if params is not None and type(params) is not dict:
@@ -221,7 +233,8 @@ def _decode_input(
             raise ServeError.invalid(
                 f"input '{name}' has neither 'data' nor parameters.binary_data_size"
             )
-        return name, datatype, _json_tensor(data, name, datatype, shape, count), offset
+        array = _json_tensor(data, name, datatype, shape, count, literals)
+        return name, datatype, array, offset
 
     if data is not None:
         raise ServeError.invalid(f"input '{name}' has both 'data' and binary_data_size")
@@ -251,7 +264,11 @@ def _decode_input(
     return name, datatype, array, end
 
 
-def _json_tensor(data: Any, name: str, datatype: str, shape: list[int], count: int) -> np.ndarray:
+def _json_tensor(
+    data: Any, name: str, datatype: str, shape: list[int], count: int, literals: bool
+) -> np.ndarray:
+    """`data` as an array of `datatype`; `literals`: the request holds a JSON true or false
+    somewhere, so numeric data is checked for booleans."""
     if type(data) is not list:
         raise ServeError.invalid(f"input '{name}': 'data' must be a list")
     if datatype == "BYTES":
@@ -276,6 +293,8 @@ def _json_tensor(data: Any, name: str, datatype: str, shape: list[int], count: i
             return _exact_ints(data, name, datatype, shape)
         found = _KIND_NAMES.get(kind, "mixed or non-scalar values")
         raise ServeError.invalid(f"input '{name}': 'data' holds {found}, not {datatype} values")
+    if literals and datatype != "BOOL" and _holds_booleans(data, raw.ndim):
+        raise ServeError.invalid(f"input '{name}': 'data' holds booleans, not {datatype} values")
     if dtype.kind in "iu" and raw.dtype != dtype:
         info = np.iinfo(dtype)
         out_of_range = int(raw.min()) < info.min or int(raw.max()) > info.max
@@ -284,6 +303,11 @@ def _json_tensor(data: Any, name: str, datatype: str, shape: list[int], count: i
     if out_of_range:
         raise ServeError.invalid(f"input '{name}': 'data' values out of range for {datatype}")
     return raw.astype(dtype, copy=False).reshape(shape)
+
+
+def _holds_booleans(data: list[Any], ndim: int) -> bool:
+    flat = data if ndim == 1 else np.array(data, dtype=np.object_).reshape(-1).tolist()
+    return any(type(v) is bool for v in flat)
 
 
 def _exact_ints(data: list[Any], name: str, datatype: str, shape: list[int]) -> np.ndarray:

@@ -1,5 +1,7 @@
 """An ASGI application under uvicorn on its own socket: the HTTP front end of
-`--http-front-end uvicorn` (the native one is `serve.http.native`)."""
+`--http-front-end uvicorn` (the native one is `serve.http.native`). Of the `HttpLimits`, the
+body size (`BodyLimit`) and the connection cap (uvicorn's concurrency limit) apply; uvicorn
+has no read timeout."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from serve.http.limits import BodyLimit, HttpLimits
 from serve.sockets import LISTEN_BACKLOG, bind_tcp
 
 if TYPE_CHECKING:
@@ -38,11 +41,12 @@ class AsgiEndpoint:
         *,
         idle_close_s: float,
         grace_s: float,
+        limits: HttpLimits,
     ) -> None:
         self.name = name
         self._options = options
         config = uvicorn.Config(
-            app,  # type: ignore[arg-type]
+            BodyLimit(app, limits),
             loop="none",
             http="httptools",
             lifespan="off",
@@ -52,6 +56,7 @@ class AsgiEndpoint:
             timeout_graceful_shutdown=int(grace_s),
             backlog=LISTEN_BACKLOG,
             timeout_keep_alive=int(idle_close_s),
+            limit_concurrency=limits.max_connections,  # beyond it: 503
             proxy_headers=False,  # each of these costs CPU on every response
             server_header=False,
             date_header=False,

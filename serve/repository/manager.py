@@ -25,6 +25,12 @@ from serve.model.ensemble_version import EnsembleVersion, load_ensemble_version
 from serve.model.loader import ServerServices, load_model_version
 from serve.model.served import ServedModel
 from serve.repository.discovery import ensemble_steps_on_disk, model_directories, prepare_config
+from serve.repository.names import (
+    check_model_file,
+    check_model_name,
+    check_version,
+    printable,
+)
 
 log = logging.getLogger("serve.repository")
 
@@ -140,6 +146,14 @@ class ModelRepository:
     ) -> None:
         """(Re)load a model; raise ServeError with the reason when no version could be loaded.
         `callers`: the ensembles whose loading asked for this one (to refuse a cycle)."""
+        try:
+            check_model_name(name)
+            for relative in files or {}:
+                check_model_file(name, relative)
+        except ServeError as exc:  # the name as given may hold anything: printed escaped
+            raise ServeError(
+                exc.kind, f"failed to load '{printable(name)}': {exc.message}"
+            ) from None
         if not files and name not in self._records and not (self.path / name).is_dir():
             # before a record exists: a name that is no model must not appear in the index
             raise ServeError.not_found(f"failed to load '{name}': no such model in {self.path}")
@@ -276,6 +290,12 @@ class ModelRepository:
     async def _unload_one(self, name: str) -> None:
         record = self._records.get(name)
         if record is None:
+            try:
+                check_model_name(name)
+            except ServeError as exc:
+                raise ServeError.invalid(
+                    f"failed to unload '{printable(name)}': {exc.message}"
+                ) from None
             if not (self.path / name).is_dir():
                 raise ServeError.not_found(f"failed to unload '{name}': no such model")
             return
@@ -300,10 +320,7 @@ class ModelRepository:
         if record is None:
             raise ServeError.not_found(f"Request for unknown model: '{name}' is not found")
         if version:
-            try:
-                number = int(version)
-            except ValueError:
-                raise ServeError.invalid(f"model version '{version}' is not a number") from None
+            number = check_version(version)
             found = record.versions.get(number)
             if found is not None:
                 return found
@@ -327,6 +344,10 @@ class ModelRepository:
         record = self._records.get(name)
         if record is not None and (record.versions or record.states or record.failure):
             return True
+        try:
+            check_model_name(name)
+        except ServeError:
+            return False
         return (self.path / name).is_dir()
 
     def all_ready(self) -> bool:
@@ -436,17 +457,30 @@ def _unready_ensemble(record: ModelRecord, version: int) -> str:
 
 
 def _write_scratch_model(name: str, files: dict[str, bytes]) -> Path:
-    """Write files sent with a load request ("<version>/<file>") into a private model folder."""
-    root = Path(tempfile.mkdtemp(prefix=f"autotune-{name}-"))
-    model_dir = root / name
-    model_dir.mkdir()
-    for relative, content in files.items():
-        target = (model_dir / relative).resolve()
-        if model_dir.resolve() not in target.parents:
-            shutil.rmtree(root, ignore_errors=True)
-            raise ServeError.invalid(f"load of '{name}': file path '{relative}' leaves the model")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
+    """Write files sent with a load request ("<version>/<file>", checked by `load`) into a
+    private model folder; nothing is left behind when one cannot be written."""
+    root = Path(tempfile.mkdtemp(prefix="autotune-model-"))
+    try:
+        model_dir = root / name
+        model_dir.mkdir()
+        inside = model_dir.resolve()
+        for relative, content in files.items():
+            target = (model_dir / relative).resolve()
+            if inside not in target.parents:  # a symlink could still lead out: never follow
+                raise ServeError.invalid(
+                    f"load of '{name}': file path '{relative}' leaves the model"
+                )
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            except (FileExistsError, IsADirectoryError, NotADirectoryError):
+                raise ServeError.invalid(
+                    f"load of '{name}': file path '{relative}' is both a file and a folder "
+                    "among the files sent"
+                ) from None
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     return model_dir
 
 

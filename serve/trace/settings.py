@@ -1,12 +1,18 @@
 """Trace settings as Triton's trace extension names them, parsed and checked.
 
 Values travel as lists of strings (gRPC's SettingValue; HTTP sends a string, or a list for
-trace_level). A setting's effective values are the defaults, then the global overrides, then
-the model's own overrides; `None` in an update clears an override back to what lies beneath.
+trace_level). A setting's effective values are the defaults (tritonserver's `--trace-config`
+flags: `parse_trace_config`), then the global overrides, then the model's own overrides; `None`
+in an update clears an override back to what lies beneath.
+
+The trace file is chosen at start (`--trace-config triton,file=PATH`) and cannot be set through
+the API, as in tritonserver since 24.04: a client that could name it could make the server
+write any file it may write.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -61,8 +67,8 @@ class TraceValues:
         only while it leaves tracing off)."""
         if self.level and not self.file:
             raise ServeError.invalid(
-                f"trace setting 'trace_file' must name a file to trace {scope} at level "
-                f"{', '.join(self.level)}"
+                f"tracing {scope} at level {', '.join(self.level)} needs a trace file and "
+                "'trace_file' is not set: start the server with --trace-config triton,file=PATH"
             )
 
 
@@ -97,7 +103,11 @@ def _parse_value(name: str, values: list[str]) -> Any:
         raise ServeError.invalid(f"trace setting '{name}' takes one value, got {values}")
     value = values[0].strip()
     if name == "trace_file":
-        return _parse_file(value)
+        raise ServeError(
+            ErrorKind.UNSUPPORTED,
+            "trace file location can not be updated through network protocol (start the "
+            "server with --trace-config triton,file=PATH)",
+        )
     if name == "trace_mode":
         if value == "opentelemetry":
             raise ServeError(
@@ -142,3 +152,50 @@ def _parse_file(value: str) -> str:
             f"trace setting 'trace_file': the folder of '{value}' does not exist"
         )
     return str(Path(value).expanduser()) if value else ""
+
+
+# --trace-config keys -> trace setting names (`file` and `log-frequency` belong to the triton
+# mode and may be written `triton,file=...`)
+_CONFIG_KEYS = {
+    "file": "trace_file",
+    "log-frequency": "log_frequency",
+    "rate": "trace_rate",
+    "count": "trace_count",
+    "level": "trace_level",
+    "mode": "trace_mode",
+}
+
+
+def parse_trace_config(specs: Iterable[str]) -> TraceValues:
+    """The global defaults from tritonserver's `--trace-config` values (`[triton,]KEY=VALUE`,
+    repeatable; `level` may be given several times); ValueError naming the flag's value."""
+    values = DEFAULTS
+    levels: list[str] = []
+    for spec in specs:
+        mode, comma, pair = spec.partition(",")
+        if not comma or "=" in mode:
+            mode, pair = "", spec
+        key, equals, value = pair.partition("=")
+        name = _CONFIG_KEYS.get(key.strip())
+        try:
+            if mode not in ("", MODE_TRITON):
+                raise ServeError.invalid(f"unknown trace mode '{mode}' (only '{MODE_TRITON}')")
+            if not equals or name is None:
+                raise ServeError.invalid(
+                    f"expected [triton,]KEY=VALUE with KEY one of {', '.join(_CONFIG_KEYS)}"
+                )
+            if name == "trace_level":
+                levels.append(value)
+            elif name == "trace_file":
+                values = replace(values, file=_parse_file(value.strip()))
+            else:
+                values = replace(values, **{SETTING_FIELDS[name]: _parse_value(name, [value])})
+        except ServeError as exc:
+            raise ValueError(f"--trace-config '{spec}': {exc.message}") from None
+    try:
+        if levels:
+            values = replace(values, level=_parse_level(levels))
+        values.check("the server")
+    except ServeError as exc:
+        raise ValueError(f"--trace-config: {exc.message}") from None
+    return values

@@ -21,6 +21,7 @@ INTERNAL = 13
 UNIMPLEMENTED = 12
 RESOURCE_EXHAUSTED = 8
 UNAVAILABLE = 14
+PERMISSION_DENIED = 7
 
 
 class StreamListener(Protocol):
@@ -44,10 +45,13 @@ StreamOpener = Callable[["Call"], StreamListener]
 @dataclass(frozen=True, slots=True)
 class RpcMethod:
     """One method: `unary` gets the request message and answers with `call.respond` or
-    `call.finish` (now or later); `open_stream` gets the call of a bidirectional stream."""
+    `call.finish` (now or later); `open_stream` gets the call of a bidirectional stream;
+    `admit`, when set, looks at the call's request headers first: a message it returns
+    refuses the call with PERMISSION_DENIED."""
 
     unary: UnaryHandler | None = None
     open_stream: StreamOpener | None = None
+    admit: Callable[[list[tuple[bytes, bytes]]], str | None] | None = None
 
 
 Router = Callable[[bytes], RpcMethod | None]  # ':path' -> method, None when unknown

@@ -15,7 +15,15 @@ from typing import Any, cast
 import hpack
 
 from serve.grpc.http2 import frames as f
-from serve.grpc.http2.calls import INTERNAL, UNIMPLEMENTED, Call, Router, RpcMethod, Trailers
+from serve.grpc.http2.calls import (
+    INTERNAL,
+    PERMISSION_DENIED,
+    UNIMPLEMENTED,
+    Call,
+    Router,
+    RpcMethod,
+    Trailers,
+)
 
 log = logging.getLogger("serve.grpc")
 
@@ -306,6 +314,8 @@ class GrpcConnection(asyncio.Protocol):
             call.finish(INTERNAL, f"content-type must be application/grpc, got {content_type!r}")
         elif method is None:
             call.finish(UNIMPLEMENTED, f"unknown method {path.decode('latin-1')}")
+        elif method.admit is not None and (denied := method.admit(headers)) is not None:
+            call.finish(PERMISSION_DENIED, denied)
         elif end_stream:
             call.half_close()
 

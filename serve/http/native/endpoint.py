@@ -1,20 +1,28 @@
 """A native HTTP endpoint: a listening socket whose connections are `HttpConnection`s, each
-request answered by the endpoint's routes (`serve.http.native.routes`)."""
+request answered by the endpoint's routes (`serve.http.native.routes`).
+
+A sweep looks at every connection a few dozen times per read timeout: it answers 408 to a
+request not received whole in time, and closes a connection idle for the idle limit. Past
+`HttpLimits.max_connections`, a new connection's requests are answered 503.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Protocol
 
+from serve.http.codec import encode_error
+from serve.http.limits import DEFAULT_LIMITS, HttpLimits
 from serve.http.native.asgi_bridge import AsgiBridge
-from serve.http.native.protocol import HttpConnection, RequestHandler
+from serve.http.native.protocol import HttpConnection, HttpRequest, RequestHandler, ResponseSlot
 from serve.sockets import LISTEN_BACKLOG, bind_tcp
 
 log = logging.getLogger("serve.http")
 
-# Idle connections are looked at this many times per idle limit (one clock read per sweep,
-# none per request).
+# The sweep runs this many times per read timeout or idle limit, whichever is shorter (one
+# clock read per sweep and per request).
 _SWEEPS_PER_LIMIT = 24
 
 
@@ -36,6 +44,7 @@ class NativeHttpEndpoint:
         *,
         idle_close_s: float,
         grace_s: float = 30.0,
+        limits: HttpLimits = DEFAULT_LIMITS,
     ) -> None:
         self.name = name  # as tritonserver logs it: HTTPService, Metrics Service
         self._routes = routes
@@ -43,13 +52,19 @@ class NativeHttpEndpoint:
         self._port = port
         self._idle_close_s = idle_close_s
         self._grace_s = grace_s
+        self._limits = limits
+        self._refusing = _Refusing(limits.too_many_connections())
         self._server: asyncio.Server | None = None
-        self._connections: dict[HttpConnection, int] = {}  # -> sweeps seen idle in a row
+        # each connection -> when it was last seen doing something (monotonic seconds)
+        self._connections: dict[HttpConnection, float] = {}
         self._sweep: asyncio.TimerHandle | None = None
 
     def _connection(self) -> HttpConnection:
-        connection = HttpConnection(self._routes, self._forget)
-        self._connections[connection] = 0
+        handler: RequestHandler = self._routes
+        if len(self._connections) >= self._limits.max_connections:
+            handler = self._refusing
+        connection = HttpConnection(handler, self._forget, limits=self._limits)
+        self._connections[connection] = time.monotonic()
         return connection
 
     def _forget(self, connection: HttpConnection) -> None:
@@ -82,18 +97,34 @@ class NativeHttpEndpoint:
             await self._server.wait_closed()
 
     def _schedule_sweep(self) -> None:
-        interval = self._idle_close_s / _SWEEPS_PER_LIMIT
-        self._sweep = asyncio.get_running_loop().call_later(interval, self._close_idle)
+        shortest = min(self._idle_close_s, self._limits.read_timeout_s)
+        self._sweep = asyncio.get_running_loop().call_later(
+            shortest / _SWEEPS_PER_LIMIT, self._sweep_connections
+        )
 
-    def _close_idle(self) -> None:
-        """Close connections idle for the whole limit: peers that vanished without closing
-        (TCP keepalive finds most of them sooner)."""
-        for connection, quiet in list(self._connections.items()):
-            if connection.active or not connection.idle:
+    def _sweep_connections(self, now: float | None = None) -> None:
+        """Answer 408 to requests overdue; close connections idle for the whole idle limit:
+        peers that vanished without closing (TCP keepalive finds most of them sooner)."""
+        now = time.monotonic() if now is None else now
+        for connection, seen in list(self._connections.items()):
+            if connection.read_overdue(now):
+                connection.read_timed_out()
+            elif connection.active or not connection.idle:
                 connection.active = False
-                self._connections[connection] = 0
-            elif quiet + 1 >= _SWEEPS_PER_LIMIT:
+                self._connections[connection] = now
+            elif now - seen >= self._idle_close_s:
                 connection.close_if_idle()
-            else:
-                self._connections[connection] = quiet + 1
         self._schedule_sweep()
+
+
+class _Refusing:
+    """The handler of connections past the limit: every request answered 503, then closed."""
+
+    timing = False
+
+    def __init__(self, message: str) -> None:
+        self._body = encode_error(message)
+
+    def handle(self, request: HttpRequest, slot: ResponseSlot) -> None:
+        slot.close = True
+        slot.send(503, b"content-type: application/json\r\nretry-after: 1\r\n", self._body)

@@ -10,8 +10,11 @@ HTTP/1.1 as clients use it: keep-alive (idle connections stay open for the clien
 `Expect: 100-continue` (the interim answer once the request is first in line and its body has
 not arrived), chunked bodies (httptools joins them), HEAD (headers only), Content-Length on
 every answer. A malformed request is answered 400 after the answers before it, then the
-connection closes. Backpressure: reading stops while `MAX_PENDING` answers wait or the
-transport asks to pause writing.
+connection closes; so are requests past the `HttpLimits`: a body over the size limit (413,
+refused from its Content-Length before the body is read, or as a chunked body goes over),
+a request line and headers over theirs (431), a request not received whole in time (408,
+from the endpoint's sweep). Backpressure: reading stops while `MAX_PENDING` answers wait or
+the transport asks to pause writing (the read clock stops with it).
 """
 
 from __future__ import annotations
@@ -27,16 +30,21 @@ from typing import Protocol, cast
 import httptools
 
 from serve.http.codec import encode_error
+from serve.http.limits import DEFAULT_LIMITS, HttpLimits
 
 log = logging.getLogger("serve.http")
 
 # Answers a connection may owe before it stops reading more requests (pipelining clients).
 MAX_PENDING = 64
+# How long a connection whose request was refused still reads (and drops) what the client
+# sends before it closes.
+LINGER_S = 2.0
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CONNECTION_CLOSE = b"connection: close\r\n"
 _CONNECTION_KEEP_ALIVE = b"connection: keep-alive\r\n"
 _CONTENT_LENGTH = b"content-length: "
+_CONTENT_LENGTH_NAME = b"content-length"
 _CRLF = b"\r\n"
 _EXPECT = b"expect"
 _JSON_HEADER = b"content-type: application/json\r\n"
@@ -169,10 +177,12 @@ class HttpConnection(asyncio.Protocol):
         handler: RequestHandler,
         on_lost: Callable[[HttpConnection], None] | None = None,
         max_pending: int = MAX_PENDING,
+        limits: HttpLimits = DEFAULT_LIMITS,
     ) -> None:
         self._handler = handler
         self._on_lost = on_lost
         self._max_pending = max_pending
+        self._limits = limits
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._pending: deque[ResponseSlot] = deque()
@@ -185,6 +195,11 @@ class HttpConnection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._slot: ResponseSlot | None = None
         self._recv_start = 0
+        self._head_bytes = 0  # request line and headers read
+        self._body_bytes = 0
+        self._read_started = 0.0  # monotonic seconds: the request's first byte, or the resume
+        self._refused = False  # answered a refusal: close lingering
+        self._linger: asyncio.TimerHandle | None = None
         # connection state
         self._stopped = False  # no more requests are read (close asked, malformed, stopping)
         self._read_paused = False
@@ -200,6 +215,8 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._linger is not None:
+            self._linger.cancel()
         self._stopped = True
         pending = list(self._pending)  # the request being read is in it, last
         self._pending.clear()
@@ -242,40 +259,72 @@ class HttpConnection(asyncio.Protocol):
 
     # -- httptools callbacks -----------------------------------------------------------------
 
+    # Once `_stopped`, the rest of the bytes being parsed are not read as requests: the
+    # callbacks that keep data or create answers return at once.
+
     def on_message_begin(self) -> None:
+        if self._stopped:
+            return
         self._in_message = True
         self._target = b""
         self._headers = []
         self._body = []
+        self._head_bytes = 0
+        self._body_bytes = 0
+        self._read_started = time.monotonic()
 
     def on_url(self, url: bytes) -> None:
+        if self._stopped:
+            return
         self._target += url
+        self._head_bytes += len(url)
+        if self._head_bytes > self._limits.max_header_bytes:
+            self._refuse(431, self._limits.headers_too_large())
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._stopped:
+            return
         self._headers.append((name.lower(), value))
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > self._limits.max_header_bytes:
+            self._refuse(431, self._limits.headers_too_large())
 
     def on_headers_complete(self) -> None:
+        if self._stopped:
+            return
         parser = self._parser
         method = parser.get_method()
         slot = ResponseSlot(self, not parser.should_keep_alive(), method == b"HEAD")
-        if parser.get_http_version() == "1.0":
+        http_1_0 = parser.get_http_version() == "1.0"
+        if http_1_0:
             slot.keep_alive_header = not slot.close
-        else:
-            for name, value in self._headers:
-                if name == _EXPECT:
-                    slot.expect_continue = value.lower() == b"100-continue"
+        for name, value in self._headers:
+            if name == _CONTENT_LENGTH_NAME:
+                # httptools has checked it is a number (a repeated one differing is an error)
+                if int(value) > self._limits.max_input_bytes:
+                    self._refuse(413, self._limits.too_large(int(value)))
+                    return
+            elif name == _EXPECT and not http_1_0:
+                slot.expect_continue = value.lower() == b"100-continue"
         self._slot = slot
         self._pending.append(slot)
         self._recv_start = time.monotonic_ns() if self._handler.timing else 0
 
     def on_body(self, body: bytes) -> None:
+        if self._slot is None:  # refused, or after the parse stopped
+            return
+        self._body_bytes += len(body)
+        if self._body_bytes > self._limits.max_input_bytes:  # a chunked body
+            self._refuse(413, self._limits.too_large(self._body_bytes))
+            return
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         slot = self._slot
         self._slot = None
         self._in_message = False
-        if slot is None:  # cannot happen: headers always complete first
+        self._read_started = 0.0
+        if slot is None:  # refused, or after the parse stopped
             return
         slot.body_received = True
         parts = self._body
@@ -351,19 +400,30 @@ class HttpConnection(asyncio.Protocol):
             slot.continued = True
             if slot.head is None and self._transport is not None and not self._closing:
                 self._transport.write(_CONTINUE)
+                self._read_started = time.monotonic()  # the body's clock starts now
 
     def _malformed(self, reason: str) -> None:
         log.warning("malformed HTTP request: %s", reason)
+        self._refuse(400, f"malformed HTTP request: {reason}")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer the request being read with `status` (after the answers owed before it) and
+        close: nothing more is read from this connection."""
+        if status != 400:
+            log.warning("HTTP request refused (%d): %s", status, message)
         self._stopped = True
+        self._refused = True
         slot = self._slot
         self._slot = None
         self._in_message = False
+        self._read_started = 0.0
+        self._body = []
         if slot is None or slot.head is not None:
             slot = ResponseSlot(self, True, False)
             self._pending.append(slot)
         slot.close = True
         slot.head_only = False
-        slot.send(400, _JSON_HEADER, encode_error(f"malformed HTTP request: {reason}"))
+        slot.send(status, _JSON_HEADER, encode_error(message))
 
     def _stop_reading(self) -> None:
         """Read no more requests: close once the answers owed are written."""
@@ -384,11 +444,22 @@ class HttpConnection(asyncio.Protocol):
                 transport.pause_reading()
             else:
                 transport.resume_reading()
+                if self._in_message:  # the time paused is the server's, not the client's
+                    self._read_started = time.monotonic()
 
     def _close(self) -> None:
-        if self._transport is not None:
-            self._closing = True
-            self._transport.close()
+        transport = self._transport
+        if transport is None:
+            return
+        self._closing = True
+        if self._refused and transport.can_write_eof():
+            # A refused client may still be sending what was refused: closing with its bytes
+            # unread would reset the connection, and the client could lose the answer before
+            # reading it. Say we are done writing, read and drop what comes, close soon after.
+            transport.write_eof()
+            self._linger = asyncio.get_running_loop().call_later(LINGER_S, transport.close)
+            return
+        transport.close()
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -414,6 +485,21 @@ class HttpConnection(asyncio.Protocol):
             if self._transport is None:
                 self._lost.set_result(None)
         return self._lost
+
+    def read_overdue(self, now: float) -> bool:
+        """A request has been on its way longer than the read timeout allows (not counting a
+        time reading was paused, or a wait for `100 Continue`)."""
+        started = self._read_started
+        if not started or self._read_paused or self._stopped:
+            return False
+        slot = self._slot
+        if slot is not None and slot.expect_continue and not slot.continued:
+            return False
+        return now - started > self._limits.read_timeout_s
+
+    def read_timed_out(self) -> None:
+        """Answer the overdue request 408 and close."""
+        self._refuse(408, self._limits.read_timed_out())
 
     def close_if_idle(self) -> bool:
         if self._transport is not None and self.idle:

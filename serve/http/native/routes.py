@@ -13,10 +13,12 @@ import httptools
 
 from protocol.headers import HEADER_LENGTH_ASGI
 from serve.dataplane import DataPlane
+from serve.http.access import refusal
 from serve.http.codec import encode_error
 from serve.http.infer_call import BINARY, INFER_PATH, JSON, InferAnswer, submit_infer
 from serve.http.native.asgi_bridge import AsgiBridge
 from serve.http.native.protocol import HttpRequest, ResponseSlot
+from serve.restricted import RestrictedApis
 
 log = logging.getLogger("serve.http")
 
@@ -44,10 +46,16 @@ class AsgiRoutes:
 class NativeRoutes:
     """The KServe v2 routes: infer answered natively, the rest by the control plane."""
 
-    def __init__(self, dataplane: DataPlane, control_plane: Any) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        control_plane: Any,
+        restricted: RestrictedApis | None = None,
+    ) -> None:
         self._dataplane = dataplane
         self._tracer = dataplane.tracer
         self.bridge = AsgiBridge(control_plane)
+        self._restricted = restricted or RestrictedApis()
 
     @property
     def timing(self) -> bool:
@@ -58,6 +66,11 @@ class NativeRoutes:
         if target is None:
             return
         path, raw_path, query = target
+        if self._restricted:
+            refused = refusal(self._restricted, path, request.header)
+            if refused is not None:
+                slot.send(403, _CONTENT_TYPE[JSON], encode_error(refused))
+                return
         if request.method == b"POST":
             match = INFER_PATH.match(path)
             if match is not None:

@@ -139,16 +139,19 @@ def test_log_settings_change_what_the_server_logs(
     repository = make_repository({"simple": SIMPLE})
     server = start_server(repository, tmp_path / "server.log")
     base = server.base
+    moved = tmp_path / "moved.log"
     try:
         assert "logging" in httpx.get(f"{base}/v2").json()["extensions"]
         httpx.get(f"{base}/v2/health/live?before=1")
         answer = httpx.post(f"{base}/v2/logging", json={"log_verbose_level": 1}).json()
         assert answer["log_verbose_level"] == 1
         httpx.get(f"{base}/v2/health/live?after=1")
-        log_file = tmp_path / "moved.log"
         client = httpclient.InferenceServerClient(server.url)
-        settings = client.update_log_settings({"log_file": str(log_file), "log_format": "ISO8601"})
-        assert settings["log_file"] == str(log_file) and settings["log_format"] == "ISO8601"
+        with pytest.raises(InferenceServerException) as refused:  # as tritonserver since 24.04
+            client.update_log_settings({"log_file": str(moved)})
+        assert "--log-file" in refused.value.message()
+        settings = client.update_log_settings({"log_format": "ISO8601"})
+        assert settings["log_file"] == "" and settings["log_format"] == "ISO8601"
         httpx.get(f"{base}/v2/models/simple/config")
         bad = httpx.post(f"{base}/v2/logging", json={"log_info": "sometimes"})
         assert bad.status_code == 400 and "'log_info'" in bad.json()["error"]
@@ -156,15 +159,44 @@ def test_log_settings_change_what_the_server_logs(
         assert grpc.get_log_settings(as_json=True)["settings"]["log_verbose_level"] == {
             "uint32_param": 1
         }
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.update_log_settings({"log_file": str(moved)})
+        assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
     finally:
         stop_server(server)
     text = server.log()
     assert "HTTP request: GET /v2/health/live" in text  # verbose, after the update
     assert text.count("HTTP request: GET /v2/health/live") == 1  # not before it
-    moved = log_file.read_text()
-    assert "HTTP request: GET /v2/models/simple/config" in moved
-    assert "HTTP request: GET /v2/models/simple/config" not in text
-    assert "server stopped" in moved  # everything after the change goes to the new file
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z D serve\.http: HTTP request: GET /v2/models"
+    assert re.search(iso, text), text[-2000:]
+    assert not moved.exists()
+
+
+def test_log_file_flag_sends_the_log_to_the_file(
+    make_repository: RepositoryFactory, tmp_path: Path
+) -> None:
+    repository = make_repository({"simple": SIMPLE})
+    log_file = tmp_path / "server-file.log"
+    console = tmp_path / "console.log"
+    command = [sys.executable, "-m", "serve", "--model-repository", str(repository)]
+    command += ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+    with console.open("wb") as out:
+        process = subprocess.Popen([*command, "--log-file", str(log_file)], stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 60
+        match = None
+        while match is None and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+            text = log_file.read_text() if log_file.exists() else ""
+            match = re.search(r"Started HTTPService at ([0-9.]+):(\d+)", text)
+        assert match, console.read_text()
+        url = f"http://{match.group(1)}:{match.group(2)}"
+        assert httpx.get(f"{url}/v2/health/live").status_code == 200
+        assert httpx.get(f"{url}/v2/logging").json()["log_file"] == str(log_file)
+    finally:
+        assert stop_serve_process(process) == 0
+    assert "server stopped" in log_file.read_text()
+    assert "Started HTTPService" not in console.read_text()
 
 
 def _logged_grpc_address(log: Path) -> str:

@@ -1,4 +1,5 @@
-"""Log settings change what the process logs: severities, verbose messages, file, format."""
+"""Log settings change what the process logs: severities, verbose messages, format; the file
+is chosen at start (--log-file), never through the API."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.errors import ServeError
+from serve.errors import ErrorKind, ServeError
 from serve.log_settings import LogSettings
 
 
@@ -40,10 +41,19 @@ def test_defaults_are_tritons(settings: LogSettings) -> None:
     }
 
 
-def test_settings_change_what_reaches_the_log_file(settings: LogSettings, tmp_path: Path) -> None:
+@pytest.fixture
+def to_file(settings: LogSettings, tmp_path: Path) -> tuple[LogSettings, Path]:
+    """Settings writing to a file, as `--log-file` sets them up at start."""
     file = tmp_path / "server.log"
+    logs = LogSettings(log_file=str(file))
+    logs.install()
+    return logs, file
+
+
+def test_settings_change_what_reaches_the_log_file(to_file: tuple[LogSettings, Path]) -> None:
+    settings, file = to_file
+    assert settings.current()["log_file"] == str(file)
     log = logging.getLogger("serve.test")
-    settings.update({"log_file": str(file)})
     log.debug("verbose one")
     log.info("info one")
     settings.update({"log_verbose_level": 1, "log_info": False})
@@ -59,9 +69,9 @@ def test_settings_change_what_reaches_the_log_file(settings: LogSettings, tmp_pa
         assert absent not in text
 
 
-def test_iso8601_format(settings: LogSettings, tmp_path: Path) -> None:
-    file = tmp_path / "server.log"
-    settings.update({"log_file": str(file), "log_format": "ISO8601"})
+def test_iso8601_format(to_file: tuple[LogSettings, Path]) -> None:
+    settings, file = to_file
+    settings.update({"log_format": "ISO8601"})
     logging.getLogger("serve.test").info("stamped")
     line = file.read_text().splitlines()[-1]
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z I serve\.test: stamped$", line)
@@ -74,7 +84,6 @@ def test_iso8601_format(settings: LogSettings, tmp_path: Path) -> None:
         ({"log_verbose_level": -1}, "log_verbose_level"),
         ({"log_verbose_level": True}, "log_verbose_level"),
         ({"log_format": "json"}, "log_format"),
-        ({"log_file": "/no/such/folder/x.log"}, "log_file"),
         ({"log_colour": True}, "log_colour"),
     ],
 )
@@ -84,4 +93,15 @@ def test_bad_values_name_the_setting_and_change_nothing(
     before = settings.current()
     with pytest.raises(ServeError, match=f"'{named}'"):
         settings.update({"log_verbose_level": 3, **update})
+    assert settings.current() == before
+
+
+@pytest.mark.parametrize("file", ["/tmp/elsewhere.log", "/etc/cron.d/job", ""])
+def test_the_log_file_cannot_be_changed_through_the_api(settings: LogSettings, file: str) -> None:
+    """A client naming the file could make the server write any file it may write."""
+    before = settings.current()
+    with pytest.raises(ServeError) as caught:
+        settings.update({"log_file": file, "log_verbose_level": 1})
+    assert caught.value.kind is ErrorKind.UNSUPPORTED
+    assert "--log-file" in caught.value.message
     assert settings.current() == before

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.api import Measurement, SearchResult
 from analyzer.measurement import ServerBreakdown
 from tuner.budget import LatencyBudget
+from tuner.candidate import Candidate
 from tuner.duration import Duration
-from tuner.evaluate import EvaluationSettings, pruning_reporter, start_level, trial_outcome
+from tuner.evaluate import (
+    EvaluationSettings,
+    TrialEvaluator,
+    pruning_reporter,
+    start_level,
+    trial_outcome,
+)
+from tuner.precision.variants import PrecisionVariant
 from tuner.search_types import TrialContext, TrialOutcome
+from tuner.server_control import ServerError
 
 BUDGET = LatencyBudget(95, Duration.from_ms(20))
 
@@ -133,3 +143,40 @@ def test_only_a_pruning_first_pass_reports_to_the_study() -> None:
     assert pruning_reporter(context, EvaluationSettings(prune=False)) is None
     assert pruning_reporter(context, EvaluationSettings(first_pass=False)) is None
     assert pruning_reporter(None, EvaluationSettings()) is None
+
+
+class _CrashingServer:
+    """A tuning server that dies under the first trial: its load fails, and it has exited."""
+
+    def __init__(self) -> None:
+        self.exited = False
+        self.restarts = 0
+        self.loads = 0
+
+    def load(self, config: mc.ModelConfig) -> None:
+        self.loads += 1
+        if self.loads == 1:
+            self.exited = True
+            raise ServerError("the tuning server did not answer a load: connection refused")
+
+    def restart_if_exited(self) -> str | None:
+        if not self.exited:
+            return None
+        self.exited = False
+        self.restarts += 1
+        return "the tuning server exited (killed by signal 9) and was restarted"
+
+
+def test_a_trial_whose_server_died_fails_saying_so_and_the_next_trial_runs() -> None:
+    server = _CrashingServer()
+    base = mc.ModelConfig(name="m", max_batch_size=8)
+    variants = {"fp32": PrecisionVariant("fp32", Path("model.onnx"), None, 0.0)}
+    evaluator = TrialEvaluator(base, server, variants, BUDGET)  # type: ignore[arg-type]
+    measured = TrialOutcome("ok", throughput=100.0, latency_us=1000.0)
+    evaluator.measure = lambda context=None: measured  # type: ignore[method-assign]
+    first = evaluator(Candidate({}))
+    assert first.status == "failed"
+    assert first.message.startswith("the tuning server exited (killed by signal 9)")
+    assert "did not answer a load" in first.message
+    assert server.restarts == 1
+    assert evaluator(Candidate({})) is measured  # the search goes on, on the restarted server

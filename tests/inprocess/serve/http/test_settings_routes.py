@@ -29,15 +29,33 @@ async def test_trace_settings_as_triton_answers_them(asgi_client: httpx.AsyncCli
 async def test_model_trace_settings_override_and_clear(
     asgi_client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
-    file = str(tmp_path / "trace.json")
     url = "/v2/models/simple/trace/setting"
-    changed = await asgi_client.post(url, json={"trace_file": file, "trace_rate": 7})
+    changed = await asgi_client.post(url, json={"trace_count": "3", "trace_rate": 7})
     assert changed.status_code == 200
-    assert changed.json()["trace_rate"] == "7" and changed.json()["trace_file"] == file
+    assert changed.json()["trace_rate"] == "7" and changed.json()["trace_count"] == "3"
     assert (await asgi_client.get(url)).json()["trace_rate"] == "7"
     assert (await asgi_client.get("/v2/trace/setting")).json()["trace_rate"] == "1000"
-    cleared = await asgi_client.post(url, json={"trace_file": None, "trace_rate": None})
+    cleared = await asgi_client.post(url, json={"trace_count": None, "trace_rate": None})
     assert cleared.json() == (await asgi_client.get("/v2/trace/setting")).json()
+
+
+@pytest.mark.parametrize("url", ["/v2/trace/setting", "/v2/models/simple/trace/setting"])
+async def test_the_trace_file_cannot_be_set_through_the_api(
+    asgi_client: httpx.AsyncClient, url: str, tmp_path: Path
+) -> None:
+    response = await asgi_client.post(url, json={"trace_file": str(tmp_path / "t.json")})
+    assert response.status_code == 501
+    assert "--trace-config triton,file=PATH" in response.json()["error"]
+    assert (await asgi_client.get(url)).json()["trace_file"] == ""
+
+
+async def test_the_log_file_cannot_be_set_through_the_api(
+    asgi_client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    response = await asgi_client.post("/v2/logging", json={"log_file": str(tmp_path / "x.log")})
+    assert response.status_code == 501
+    assert "--log-file" in response.json()["error"]
+    assert not (tmp_path / "x.log").exists()
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
 """Tracing on a real server through Triton's clients: the trace extension over HTTP and gRPC,
-and the trace files it writes (Triton's trace JSON)."""
+and the trace file it writes (Triton's trace JSON). The file is set at start
+(`--trace-config triton,file=...`, as tritonserver since 24.04: never through the API), so the
+tests share it and each tells its traces by their request ids."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ HTTP_ORDER = [
     "HTTP_SEND_END",
 ]
 OFF = {"trace_level": ["OFF"]}
-CHANGED = ("trace_file", "trace_level", "trace_rate", "trace_count")
+CHANGED = ("trace_level", "trace_rate", "trace_count")
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +46,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         shutil.copytree(BUNDLED_REPOSITORY / "simple", repository / name)
         config = repository / name / "config.pbtxt"
         config.write_text(config.read_text().replace('name: "simple"', f'name: "{name}"'))
-    running = start_server(repository, root / "server.log")
+    running = start_server(
+        repository, root / "server.log", "--trace-config", f"triton,file={root / 'trace.json'}"
+    )
     try:
         yield running
     finally:
         stop_server(running)
+
+
+@pytest.fixture
+def file(server: RunningServer) -> Path:
+    """The server's trace file, as its trace settings name it."""
+    return Path(httpx.get(f"{server.base}/v2/trace/setting").json()["trace_file"])
 
 
 @pytest.fixture
@@ -71,8 +81,9 @@ def _infer(client: httpclient.InferenceServerClient, model: str, request_id: str
     client.infer(model, inputs, request_id=request_id)
 
 
-def _traces(file: Path) -> dict[int, dict]:
-    """id -> {"header": ..., "stamps": [(name, ns), ...]} from a Triton trace file."""
+def _traces(file: Path, prefix: str) -> dict[int, dict]:
+    """id -> {"header": ..., "stamps": [(name, ns), ...]} from a Triton trace file, for the
+    requests whose id starts with `prefix` (the test's own)."""
     traces: dict[int, dict] = {}
     for entry in json.loads(file.read_text()):
         trace = traces.setdefault(entry["id"], {"header": None, "stamps": []})
@@ -80,20 +91,24 @@ def _traces(file: Path) -> dict[int, dict]:
             trace["header"] = entry
         for stamp in entry.get("timestamps", []):
             trace["stamps"].append((stamp["name"], stamp["ns"]))
-    return traces
+    return {
+        key: trace
+        for key, trace in traces.items()
+        if trace["header"] is not None and trace["header"]["request_id"].startswith(prefix)
+    }
 
 
 def test_timestamps_trace_every_request_in_order(
-    client: httpclient.InferenceServerClient, tmp_path: Path
+    client: httpclient.InferenceServerClient, file: Path
 ) -> None:
-    file = tmp_path / "trace.json"
-    settings = {"trace_file": str(file), "trace_level": ["TIMESTAMPS"], "trace_rate": "1"}
+    settings = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}
     answer = client.update_trace_settings(settings=settings)
     assert answer["trace_level"] == ["TIMESTAMPS"] and answer["trace_rate"] == "1"
+    assert answer["trace_file"] == str(file)
     for i in range(5):
         _infer(client, "simple", f"r{i}")
     client.update_trace_settings(settings=OFF)  # a replaced setting writes what it collected
-    traces = _traces(file)
+    traces = _traces(file, "r")
     assert len(traces) == 5
     assert sorted(t["header"]["request_id"] for t in traces.values()) == [f"r{i}" for i in range(5)]
     for trace in traces.values():
@@ -105,33 +120,22 @@ def test_timestamps_trace_every_request_in_order(
         assert stamps == sorted(stamps)
 
 
-def test_rate_and_count_are_respected(
-    client: httpclient.InferenceServerClient, tmp_path: Path
-) -> None:
-    file = tmp_path / "trace.json"
+def test_rate_and_count_are_respected(client: httpclient.InferenceServerClient, file: Path) -> None:
     client.update_trace_settings(
-        settings={
-            "trace_file": str(file),
-            "trace_level": ["TIMESTAMPS"],
-            "trace_rate": "2",
-            "trace_count": "3",
-        }
+        settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "2", "trace_count": "3"}
     )
     for i in range(1, 11):
-        _infer(client, "simple", str(i))
+        _infer(client, "simple", f"c{i}")
     # the third trace spent the count: the file is written without a setting change
     assert client.get_trace_settings()["trace_count"] == "0"
-    traces = _traces(file)
-    assert sorted(int(t["header"]["request_id"]) for t in traces.values()) == [2, 4, 6]
+    traces = _traces(file, "c")
+    assert sorted(int(t["header"]["request_id"][1:]) for t in traces.values()) == [2, 4, 6]
 
 
 def test_model_settings_override_the_global_ones(
-    client: httpclient.InferenceServerClient, tmp_path: Path
+    client: httpclient.InferenceServerClient, file: Path
 ) -> None:
-    file = tmp_path / "trace.json"
-    client.update_trace_settings(
-        settings={"trace_file": str(file), "trace_level": ["TIMESTAMPS"], "trace_rate": "1"}
-    )
+    client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
     model = client.update_trace_settings("other", {"trace_level": ["OFF"]})
     assert model["trace_level"] == ["OFF"]
     assert model["trace_file"] == str(file)  # the rest comes from the global settings
@@ -143,7 +147,7 @@ def test_model_settings_override_the_global_ones(
     assert cleared["trace_level"] == ["TIMESTAMPS"]
     _infer(client, "other", "o2")
     client.update_trace_settings(settings=OFF)
-    traces = _traces(file)
+    traces = {**_traces(file, "o"), **_traces(file, "s")}
     assert sorted(
         (t["header"]["model_name"], t["header"]["request_id"]) for t in traces.values()
     ) == [("other", "o2"), ("simple", "s1")]
@@ -156,11 +160,16 @@ def test_bad_settings_are_refused_and_named(server: RunningServer) -> None:
         ({"trace_level": ["LOUD"]}, "trace_level"),
         ({"trace_count": "-5"}, "trace_count"),
         ({"tracing": "yes"}, "tracing"),
-        ({"trace_level": ["TIMESTAMPS"], "trace_file": ""}, "trace_file"),
     ):
         response = httpx.post(f"{base}/trace/setting", json=body)
         assert response.status_code == 400, body
         assert f"'{named}'" in response.json()["error"]
+    # the file is chosen at start: naming one is refused, and nothing is written there
+    elsewhere = server.log_path.parent / "elsewhere.json"
+    refused = httpx.post(f"{base}/trace/setting", json={"trace_file": str(elsewhere)})
+    assert refused.status_code == 501
+    assert "--trace-config triton,file=PATH" in refused.json()["error"]
+    assert not elsewhere.exists()
     missing = httpx.post(f"{base}/models/missing/trace/setting", json={"trace_rate": "2"})
     assert missing.status_code == 404
     assert httpx.get(f"{base}/trace/setting").json()["trace_level"] == ["OFF"]
@@ -168,13 +177,11 @@ def test_bad_settings_are_refused_and_named(server: RunningServer) -> None:
 
 
 def test_trace_setting_over_grpc(
-    server: RunningServer, client: httpclient.InferenceServerClient, tmp_path: Path
+    server: RunningServer, client: httpclient.InferenceServerClient, file: Path
 ) -> None:
-    file = tmp_path / "trace.json"
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     answer = grpc.update_trace_settings(
-        settings={"trace_file": str(file), "trace_level": ["TIMESTAMPS"], "trace_rate": "1"},
-        as_json=True,
+        settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}, as_json=True
     )
     assert answer["settings"]["trace_level"]["value"] == ["TIMESTAMPS"]
     # the gRPC and the HTTP endpoint share one server's settings
@@ -187,7 +194,7 @@ def test_trace_setting_over_grpc(
     for i in range(3):
         grpc.infer("simple", inputs, request_id=f"g{i}")
     grpc.update_trace_settings(settings=OFF)
-    traces = _traces(file)
+    traces = _traces(file, "g")
     assert sorted(t["header"]["request_id"] for t in traces.values()) == ["g0", "g1", "g2"]
     for trace in traces.values():
         names = [name for name, _ in trace["stamps"]]
@@ -203,3 +210,7 @@ def test_trace_setting_over_grpc(
         grpc.update_trace_settings(settings={"trace_rate": "often"})
     assert bad.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "'trace_rate'" in bad.value.message()
+
+    with pytest.raises(InferenceServerException) as refused:
+        grpc.update_trace_settings(settings={"trace_file": str(file) + ".other"})
+    assert refused.value.status() == "StatusCode.UNIMPLEMENTED"

@@ -156,6 +156,15 @@ def test_unknown_datatype_and_negative_shape_name_the_tensor() -> None:
     assert "'N'" in _invalid(message)
 
 
+@pytest.mark.parametrize("shape", [[0, 2**62, 4], [2**32, 2**32]])
+def test_a_shape_beyond_any_tensor_is_invalid_naming_the_tensor(shape: list[int]) -> None:
+    """An empty tensor of such a shape, or one with data, is refused before numpy sees it."""
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="HUGE", datatype="INT32", shape=shape)
+    assert "'HUGE': shape" in _invalid(message)
+    assert "more elements than a tensor can hold" in _invalid(message)
+
+
 def test_shared_memory_tensors_are_left_for_the_dataplane() -> None:
     message = _raw_request(("A", "INT32", np.zeros(1, np.int32)))
     tensor = message.inputs.add(name="S", datatype="INT32", shape=[2])

@@ -337,7 +337,7 @@ def test_parse_header_length() -> None:
     assert parse_header_length(None) is None
     assert parse_header_length("12") == 12
     assert parse_header_length(b"0") == 0
-    for bad in ("-1", "1.5", "", " 3", "x", "\u00b2"):
+    for bad in ("-1", "1.5", "", " 3", "x", "\u00b2", "9" * 20, "1" * 5000):
         with pytest.raises(ServeError) as info:
             parse_header_length(bad)
         assert "Inference-Header-Content-Length" in info.value.message
@@ -378,6 +378,26 @@ BAD_REQUESTS: list[tuple[str, bytes, int | None, str]] = [
     ("shape of floats", *body_of(one_input(shape=[2.0], data=[1.0, 2.0])), "'IN': 'shape'"),
     ("shape of bools", *body_of(one_input(shape=[True], data=[1.0])), "'IN': 'shape'"),
     ("shape not a list", *body_of(one_input(shape=2, data=[1.0, 2.0])), "'IN': 'shape'"),
+    (
+        "shape beyond any tensor, empty",
+        *body_of(one_input(shape=[0, 2**62, 4], data=[])),
+        "'IN': shape [0, 4611686018427387904, 4] has more elements than a tensor can hold",
+    ),
+    (
+        "shape beyond any tensor, binary",
+        *body_of(binary_input("BYTES", [2**40, 2**40], 4), b"\x00" * 4),
+        "more elements than a tensor can hold",
+    ),
+    (
+        "json booleans for INT8",
+        *body_of(one_input(datatype="INT8", data=[True, 1])),
+        "'IN': 'data' holds booleans, not INT8",
+    ),
+    (
+        "json booleans for FP32, nested",
+        *body_of(one_input(shape=[1, 2], data=[[1.5, False]])),
+        "'IN': 'data' holds booleans, not FP32",
+    ),
     ("unknown datatype", *body_of(one_input(datatype="FP8", data=[1, 2])), "'IN': unknown"),
     (
         "duplicate input",
@@ -575,3 +595,18 @@ def test_output_written_to_shared_memory_carries_no_data() -> None:
     entry = orjson.loads(body)["outputs"][0]
     # No parameters at all: Triton's C++ client reads binary_data_size from any it finds.
     assert entry == {"name": "OUT", "datatype": "FP32", "shape": [2]}
+
+
+def test_json_numbers_beside_a_json_true_elsewhere_still_decode() -> None:
+    """A request with `binary_data_output: true` makes the decoder look for booleans in its
+    JSON data: plain numbers pass."""
+    header = {**one_input(datatype="INT8", data=[1, 2]), "parameters": {"binary_data_output": True}}
+    request = decode_infer_request(*body_of(header), "m", "")
+    assert request.inputs["IN"].tolist() == [1, 2]
+
+
+def test_json_booleans_for_bool_still_decode() -> None:
+    request = decode_infer_request(
+        *body_of(one_input(datatype="BOOL", data=[True, False])), "m", ""
+    )
+    assert request.inputs["IN"].tolist() == [True, False]

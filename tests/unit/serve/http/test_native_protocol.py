@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import httptools
 
+from serve.http.limits import DEFAULT_LIMITS, HttpLimits
 from serve.http.native.protocol import HttpConnection, HttpRequest, ResponseSlot
 
 TEXT = b"content-type: text/plain\r\n"
@@ -29,6 +30,15 @@ class FakeTransport:
 
     def close(self) -> None:
         self.closed = True
+
+    lingers = False  # True: the connection may half-close (write_eof) before closing
+    eof_written = False
+
+    def can_write_eof(self) -> bool:
+        return self.lingers
+
+    def write_eof(self) -> None:
+        self.eof_written = True
 
     def is_closing(self) -> bool:
         return self.closed
@@ -103,9 +113,11 @@ def post(path: str, body: bytes, *headers: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-def connect(max_pending: int = 64) -> tuple[HttpConnection, FakeTransport, Handler]:
+def connect(
+    max_pending: int = 64, limits: HttpLimits = DEFAULT_LIMITS
+) -> tuple[HttpConnection, FakeTransport, Handler]:
     handler = Handler()
-    connection = HttpConnection(handler, max_pending=max_pending)
+    connection = HttpConnection(handler, max_pending=max_pending, limits=limits)
     transport = FakeTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     return connection, transport, handler

@@ -1,4 +1,5 @@
-"""Trace settings: parsing, per-model overrides over the global ones, clearing, counts."""
+"""Trace settings: parsing, the start-up flags, per-model overrides over the global ones,
+clearing, counts; the trace file is chosen at start only."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from serve.errors import ErrorKind, ServeError
-from serve.trace.settings import parse_update
+from serve.trace.settings import TraceValues, parse_trace_config, parse_update
 from serve.trace.tracer import Tracer
 
 
@@ -41,7 +42,6 @@ def test_levels_parse_in_tritons_order() -> None:
         ({"trace_count": ["-2"]}, "trace_count"),
         ({"log_frequency": ["-1"]}, "log_frequency"),
         ({"trace_mode": ["otel"]}, "trace_mode"),
-        ({"trace_file": ["/no/such/folder/trace.json"]}, "trace_file"),
         ({"trace_colour": ["red"]}, "trace_colour"),
     ],
 )
@@ -58,9 +58,48 @@ def test_opentelemetry_is_unsupported() -> None:
     assert caught.value.kind == ErrorKind.UNSUPPORTED
 
 
+@pytest.mark.parametrize("file", ["/tmp/trace.json", "/etc/cron.d/job", ""])
+def test_the_trace_file_cannot_be_set_through_the_api(file: str) -> None:
+    """A client naming the file could make the server write any file it may write."""
+    with pytest.raises(ServeError) as caught:
+        parse_update({"trace_file": [file]})
+    assert caught.value.kind == ErrorKind.UNSUPPORTED
+    assert "--trace-config triton,file=PATH" in caught.value.message
+    assert parse_update({"trace_file": None}) == {"file": None}  # clearing sets nothing
+
+
+def test_trace_config_flags_set_the_global_defaults(tmp_path: Path) -> None:
+    file = str(tmp_path / "trace.json")
+    flags = [f"triton,file={file}", "level=TIMESTAMPS", "level=TENSORS", "rate=5", "count=9"]
+    values = parse_trace_config([*flags, "triton,log-frequency=50", "mode=triton"])
+    assert values == TraceValues(
+        level=("TIMESTAMPS", "TENSORS"), rate=5, count=9, log_frequency=50, file=file
+    )
+    assert parse_trace_config([]) == TraceValues()
+    assert parse_trace_config([f"file={file}"]).file == file
+
+
+@pytest.mark.parametrize(
+    ("specs", "problem"),
+    [
+        (["rate"], "expected [triton,]KEY=VALUE"),
+        (["colour=red"], "expected [triton,]KEY=VALUE"),
+        (["opentelemetry,url=x"], "unknown trace mode 'opentelemetry'"),
+        (["rate=0"], "'trace_rate'"),
+        (["level=LOUD"], "unknown level 'LOUD'"),
+        (["file=/no/such/folder/t.json"], "does not exist"),
+        (["level=TIMESTAMPS"], "needs a trace file"),
+    ],
+)
+def test_bad_trace_config_flags_name_the_value(specs: list[str], problem: str) -> None:
+    with pytest.raises(ValueError, match="--trace-config") as caught:
+        parse_trace_config(specs)
+    assert problem in str(caught.value)
+
+
 def test_tracing_needs_a_file_and_a_bad_update_changes_nothing(tmp_path: Path) -> None:
     tracer = Tracer()
-    with pytest.raises(ServeError, match="'trace_file'"):
+    with pytest.raises(ServeError, match="needs a trace file"):
         tracer.update("", {"trace_level": ["TIMESTAMPS"]})
     assert tracer.setting()["trace_level"] == ["OFF"]
     assert not tracer.active
@@ -70,9 +109,9 @@ def test_tracing_needs_a_file_and_a_bad_update_changes_nothing(tmp_path: Path) -
 
 
 def test_model_overrides_take_the_rest_from_global_and_clear_back(tmp_path: Path) -> None:
-    tracer = Tracer()
     file = str(tmp_path / "trace.json")
-    tracer.update("", {"trace_file": [file], "trace_level": ["TIMESTAMPS"], "trace_rate": ["5"]})
+    tracer = Tracer(TraceValues(file=file))
+    tracer.update("", {"trace_level": ["TIMESTAMPS"], "trace_rate": ["5"]})
     assert tracer.active
     model = tracer.update("simple", {"trace_rate": ["2"]})
     assert model["trace_rate"] == ["2"]
@@ -88,8 +127,8 @@ def test_model_overrides_take_the_rest_from_global_and_clear_back(tmp_path: Path
 
 
 def test_a_model_can_trace_while_global_is_off(tmp_path: Path) -> None:
-    tracer = Tracer()
-    tracer.update("", {"trace_file": [str(tmp_path / "t.json")], "trace_rate": ["1"]})
+    tracer = Tracer(TraceValues(file=str(tmp_path / "t.json")))
+    tracer.update("", {"trace_rate": ["1"]})
     assert not tracer.active
     tracer.update("simple", {"trace_level": ["TIMESTAMPS"]})
     assert tracer.active
@@ -100,11 +139,10 @@ def test_a_model_can_trace_while_global_is_off(tmp_path: Path) -> None:
 
 
 def test_rate_and_count_decide_which_requests_are_traced(tmp_path: Path) -> None:
-    tracer = Tracer()
+    tracer = Tracer(TraceValues(file=str(tmp_path / "t.json")))
     tracer.update(
         "",
         {
-            "trace_file": [str(tmp_path / "t.json")],
             "trace_level": ["TIMESTAMPS"],
             "trace_rate": ["3"],
             "trace_count": ["2"],

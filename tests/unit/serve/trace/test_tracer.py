@@ -12,13 +12,14 @@ import numpy as np
 from serve.backends.base import BatchTimes
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse, OutputTensor
+from serve.trace.settings import TraceValues
 from serve.trace.tracer import Tracer
 
 
 def _tracer(tmp_path: Path, **settings: str) -> tuple[Tracer, Path]:
     file = tmp_path / "trace.json"
-    tracer = Tracer()
-    values = {"trace_file": str(file), "trace_level": "TIMESTAMPS", "trace_rate": "1"} | settings
+    tracer = Tracer(TraceValues(file=str(file)))  # as --trace-config triton,file=... gives it
+    values = {"trace_level": "TIMESTAMPS", "trace_rate": "1"} | settings
     tracer.update("", {k: v.split("+") for k, v in values.items()})
     return tracer, file
 

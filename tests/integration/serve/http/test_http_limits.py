@@ -1,0 +1,170 @@
+"""The HTTP limits over a real socket, on a server started with small ones: a body over
+--http-max-input-size is answered 413 from its headers alone (the body is never sent) and a
+client that sends it anyway still reads the 413; a request left half sent is answered 408 after
+--http-read-timeout; past --http-max-connections, requests get 503; through all of it the
+server keeps serving."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+import tritonclient.http as httpclient
+
+from tests.conftest import BUNDLED_REPOSITORY
+from tests.support.raw_http import http_request, read_responses
+from tests.support.server_process import RunningServer, start_server, stop_server
+
+LIMIT = 1 << 20
+READ_TIMEOUT_S = 1.0
+CONNECTIONS = 6
+
+
+def _start(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> RunningServer:
+    root = tmp_path_factory.mktemp("http_limits")
+    shutil.copytree(BUNDLED_REPOSITORY / "simple", root / "repository" / "simple")
+    return start_server(
+        root / "repository",
+        root / "server.log",
+        "--http-max-input-size",
+        str(LIMIT),
+        "--http-read-timeout",
+        str(READ_TIMEOUT_S),
+        "--http-max-connections",
+        str(CONNECTIONS),
+        *extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = _start(tmp_path_factory)
+    try:
+        yield running
+    finally:
+        stop_server(running)
+
+
+def _connect(server: RunningServer) -> socket.socket:
+    return socket.create_connection((server.host, server.port), timeout=10)
+
+
+def _still_serves(server: RunningServer) -> None:
+    client = httpclient.InferenceServerClient(server.url)
+    try:
+        inputs = []
+        for name in ("INPUT0", "INPUT1"):
+            tensor = httpclient.InferInput(name, [1, 16], "INT32")
+            tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
+            inputs.append(tensor)
+        result = client.infer("simple", inputs)
+        assert result.as_numpy("OUTPUT0").tolist() == [[2] * 16]
+    finally:
+        client.close()
+
+
+def test_oversized_body_is_refused_from_its_headers_before_it_is_sent(
+    server: RunningServer,
+) -> None:
+    with _connect(server) as sock:
+        head = http_request("POST", "/v2/models/simple/infer", b"")
+        head = head.replace(b"Content-Length: 0", b"Content-Length: %d" % (LIMIT + 1))
+        sock.sendall(head)  # the headers only: the answer must not wait for the body
+        (refused,) = read_responses(sock, 1, timeout_s=5)
+    assert refused.complete and refused.status == 413, refused
+    message = refused.body.decode()
+    assert f"{LIMIT} bytes" in message and "--http-max-input-size" in message
+    _still_serves(server)
+
+
+def test_a_client_sending_the_oversized_body_anyway_reads_the_413(server: RunningServer) -> None:
+    body = b"{" + b" " * (4 * LIMIT) + b"}"
+    response = httpx.post(f"{server.base}/v2/models/simple/infer", content=body, timeout=10)
+    assert response.status_code == 413, response.text
+    assert "--http-max-input-size" in response.json()["error"]
+    _still_serves(server)
+
+
+def test_a_body_within_the_limit_is_served(server: RunningServer) -> None:
+    inputs = [
+        {"name": n, "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}
+        for n in ("INPUT0", "INPUT1")
+    ]
+    padding = b" " * (LIMIT - 2000)  # JSON whitespace: a body just under the limit
+    body = b'{"inputs": %b%b}' % (orjson.dumps(inputs), padding)
+    assert len(body) <= LIMIT
+    response = httpx.post(f"{server.base}/v2/models/simple/infer", content=body, timeout=10)
+    assert response.status_code == 200, response.text
+
+
+def test_a_half_sent_request_is_answered_408_after_the_read_timeout(
+    server: RunningServer,
+) -> None:
+    with _connect(server) as sock:
+        head = http_request("POST", "/v2/models/simple/infer", b"{}")
+        sock.sendall(head[:-1])  # the body's last byte never comes
+        started = time.monotonic()
+        (timed_out,) = read_responses(sock, 1, timeout_s=10)
+        waited = time.monotonic() - started
+        assert timed_out.complete and timed_out.status == 408, timed_out
+        assert sock.recv(1) == b""  # closed after it
+    assert waited >= READ_TIMEOUT_S * 0.9
+    _still_serves(server)
+
+
+def _served_connection(server: RunningServer, deadline: float) -> socket.socket:
+    """A connection whose request is served: one the server still counts from an earlier
+    close (it sees closes shortly after they happen) is let go and tried again."""
+    while True:
+        sock = _connect(server)
+        sock.sendall(http_request("GET", "/v2/health/live"))
+        status = read_responses(sock, 1)[0].status
+        if status == 200:
+            return sock
+        sock.close()
+        assert time.monotonic() < deadline, f"a connection under the limit got {status}"
+        time.sleep(0.05)
+
+
+def test_past_the_connection_limit_requests_get_503_until_one_closes(
+    server: RunningServer,
+) -> None:
+    deadline = time.monotonic() + 10
+    held = [_served_connection(server, deadline) for _ in range(CONNECTIONS)]
+    try:
+        with _connect(server) as extra:
+            extra.sendall(http_request("GET", "/v2/health/live"))
+            (refused,) = read_responses(extra, 1)
+        assert refused.status == 503 and refused.headers.get("retry-after") == "1"
+        assert "--http-max-connections" in refused.body.decode()
+    finally:
+        for sock in held:
+            sock.close()
+    _served_connection(server, time.monotonic() + 10).close()
+    _still_serves(server)
+
+
+def test_the_uvicorn_front_end_refuses_oversized_bodies_too(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    running = _start(tmp_path_factory, "--http-front-end", "uvicorn")
+    try:
+        big = b"{" + b" " * (2 * LIMIT) + b"}"
+        response = httpx.post(f"{running.base}/v2/models/simple/infer", content=big, timeout=10)
+        assert response.status_code == 413, response.text
+        assert "--http-max-input-size" in response.json()["error"]
+        chunked = httpx.post(
+            f"{running.base}/v2/repository/index",
+            content=iter([b"{" + b" " * LIMIT, b" " * LIMIT + b"}"]),  # no Content-Length
+            timeout=10,
+        )
+        assert chunked.status_code == 413, chunked.text
+        _still_serves(running)
+    finally:
+        stop_server(running)
