@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve.http.codec import encode_error
+from serve.http.asgi_error import send_error
 from serve.restricted import RestrictedApis
 
 
@@ -34,17 +34,6 @@ class RestrictedAccess:
 
             message = refusal(self._restricted, scope["path"], header)
             if message is not None:
-                body = encode_error(message)
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 403,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", b"%d" % len(body)),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+                await send_error(send, 403, message)
                 return
         await self._app(scope, receive, send)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from serve.http.codec import encode_error
+from serve.http.asgi_error import send_error
 
 # tritonserver's --http-max-input-size default: 64 MiB.
 DEFAULT_MAX_INPUT_BYTES = 64 * 2**20
@@ -71,7 +71,7 @@ class BodyLimit:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if value.isdigit() and int(value) > self._limit:
-                    await _refuse(send, self._limits.too_large(int(value)))
+                    await send_error(send, 413, self._limits.too_large(int(value)), close=True)
                     return
                 break
         received = 0
@@ -86,7 +86,7 @@ class BodyLimit:
                 if received > self._limit:
                     refused = True
                     if not started:
-                        await _refuse(send, self._limits.too_large(received))
+                        await send_error(send, 413, self._limits.too_large(received), close=True)
                     return {"type": "http.disconnect"}
             return message
 
@@ -99,19 +99,3 @@ class BodyLimit:
             await send(message)
 
         await self._app(scope, limited_receive, tracked_send)
-
-
-async def _refuse(send: Any, message: str) -> None:
-    body = encode_error(message)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

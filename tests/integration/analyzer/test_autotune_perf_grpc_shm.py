@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -174,7 +175,12 @@ def test_interrupted_run_releases_its_regions(
     command = [sys.executable, "-c", "from tuner.cli import main; main()", "perf"]
     command += ["-m", "simple", "-u", server.grpc_url, "-i", "grpc", "--shared-memory", "system"]
     command += ["-p", "60000"]  # one long window: the interrupt lands mid-measurement
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # PYTHONFAULTHANDLER: should the run not stop, SIGABRT makes it print every thread's stack
+    # (it hung so, rarely, in CI: 2 of the last 3 full runs, never alone; the stack says where)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         deadline = time.monotonic() + 60
         while not registered(grpc_client):
@@ -185,7 +191,12 @@ def test_interrupted_run_releases_its_regions(
         while successes(grpc_client) == before and time.monotonic() < deadline:
             time.sleep(0.05)  # requests are flowing through the regions
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            _, stacks = process.communicate(timeout=30)
+            raise AssertionError(f"no exit within 60 s of SIGINT; its threads:\n{stacks}") from None
     finally:
         if process.poll() is None:
             process.kill()
