@@ -300,8 +300,13 @@ _TOLD_AS = {"ok": "COMPLETE", "pruned": "PRUNED", "failed": "FAIL"}
 
 def counts(record: TrialRecord) -> bool:
     """Whether a trial counts toward n_trials: a measurement, done or under way. Reused
-    outcomes cost nothing and interrupted trials gave nothing, so neither counts."""
-    return record.state == "RUNNING" or (record.outcome is not None and record.reused_from is None)
+    outcomes cost nothing and interrupted trials gave nothing, so neither counts. A running
+    trial counts once a worker has claimed it: one asked by a process killed before its claim
+    would otherwise stand for a measurement until `claim_within_s` had passed (two workers
+    asking at the same instant may then measure one trial more than n_trials)."""
+    if record.state == "RUNNING":
+        return bool(record.worker)
+    return record.outcome is not None and record.reused_from is None
 
 
 def best_of(records: list[TrialRecord]) -> TrialRecord | None:

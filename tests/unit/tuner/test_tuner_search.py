@@ -428,6 +428,20 @@ def test_a_trial_asked_but_never_claimed_does_not_count(tmp_path: Path) -> None:
     assert failed.interrupted
 
 
+def test_a_trial_asked_but_never_claimed_does_not_count_even_at_once(tmp_path: Path) -> None:
+    # Resumed within claim_within_s of the orphan's ask (a run killed in its ask and started
+    # again at once): the orphan is not failed yet, and still must not stand for a measurement.
+    storage = sqlite_url(tmp_path / "study.db")
+    run_search(small_space(), fake_measure, settings(n_trials=2, storage=storage))
+    study = optuna.load_study(study_name="digits", storage=storage)
+    study.ask()
+    counting = Counting()
+    resumed = replace(settings(n_trials=4, storage=storage), claim_within_s=3_600)
+    result = run_search(small_space(), counting, resumed)
+    assert len(counting.calls) == 2
+    assert result.stop_reason == "4 trials done"
+
+
 def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
