@@ -10,6 +10,12 @@ from typing import Any
 import click
 
 from serve.errors import ServeError
+from serve.grpc.limits import DEFAULT_MAX_CONNECTIONS as DEFAULT_GRPC_CONNECTIONS
+from serve.grpc.limits import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_STREAMS,
+    GrpcLimits,
+)
 from serve.http.limits import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_INPUT_BYTES,
@@ -18,7 +24,7 @@ from serve.http.limits import (
 )
 from serve.repository.manager import ControlMode
 from serve.restricted import API_GROUPS, RestrictedApis
-from serve.server import DEFAULT_GRPC_MESSAGE_BYTES, EndpointOptions, ServerOptions, serve_forever
+from serve.server import EndpointOptions, ServerOptions, serve_forever
 from serve.trace.settings import parse_trace_config
 
 _PORT = click.IntRange(0, 65535)
@@ -118,10 +124,25 @@ def _apply(flags: list[Any]) -> Any:
 )
 @click.option(
     "--grpc-max-message-bytes",
-    type=click.IntRange(1024, DEFAULT_GRPC_MESSAGE_BYTES),
-    default=DEFAULT_GRPC_MESSAGE_BYTES,
+    type=click.IntRange(1024, DEFAULT_MAX_MESSAGE_BYTES),
+    default=DEFAULT_MAX_MESSAGE_BYTES,
     show_default=True,
     help="Largest gRPC message received or sent.",
+)
+@click.option(
+    "--grpc-max-concurrent-streams",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_STREAMS,
+    show_default=True,
+    help="gRPC calls open at once on one connection; clients queue the rest (not in tritonserver).",
+)
+@click.option(
+    "--grpc-max-connections",
+    type=click.IntRange(min=1),
+    default=DEFAULT_GRPC_CONNECTIONS,
+    show_default=True,
+    help="gRPC connections open at once; one more is closed with GOAWAY, its calls fail "
+    "UNAVAILABLE (native front end; not in tritonserver).",
 )
 @click.option(
     "--grpc-front-end",
@@ -222,6 +243,8 @@ def serve_command(
     grpc_port: int,
     grpc_address: str,
     grpc_max_message_bytes: int,
+    grpc_max_concurrent_streams: int,
+    grpc_max_connections: int,
     grpc_front_end: str,
     grpc_restricted_protocol: tuple[str, ...],
     http_front_end: str,
@@ -261,7 +284,11 @@ def serve_command(
         http=EndpointOptions(allow_http, http_address, http_port),
         grpc=EndpointOptions(allow_grpc, grpc_address, grpc_port),
         metrics=EndpointOptions(allow_metrics, metrics_address, metrics_port),
-        grpc_max_message_bytes=grpc_max_message_bytes,
+        grpc_limits=GrpcLimits(
+            max_message_bytes=grpc_max_message_bytes,
+            max_streams=grpc_max_concurrent_streams,
+            max_connections=grpc_max_connections,
+        ),
         grpc_front_end=grpc_front_end,
         http_front_end=http_front_end,
         http_limits=HttpLimits(

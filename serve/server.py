@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from serve.dataplane import DataPlane
+from serve.grpc.limits import GrpcLimits
 from serve.http.limits import HttpLimits
 from serve.log_settings import LogSettings
 from serve.repository.manager import ControlMode, ModelRepository
@@ -46,10 +47,6 @@ KEEP_ALIVE_IDLE_S = 24 * 60 * 60
 # How long a stop waits for the requests in flight to be answered.
 STOP_GRACE_S = 30
 
-# Triton's gRPC clients send and accept messages of any size up to 2 GiB - 1; grpcio's own
-# default receive limit (4 MiB) would refuse a batch of a few images.
-DEFAULT_GRPC_MESSAGE_BYTES = 2**31 - 1
-
 
 @dataclass(slots=True)
 class EndpointOptions:
@@ -66,7 +63,9 @@ class ServerOptions:
     metrics: EndpointOptions = field(
         default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8002)
     )
-    grpc_max_message_bytes: int = DEFAULT_GRPC_MESSAGE_BYTES
+    # message size, calls per connection, connections; grpcio's own default receive limit
+    # (4 MiB) would refuse a batch of a few images, Triton's clients send up to 2 GiB - 1
+    grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
     # "native": gRPC framed on asyncio (serve.grpc.http2), ~3x grpcio's server here;
     # "grpcio": grpcio's own server (grpc.aio).
     grpc_front_end: str = "native"
@@ -169,7 +168,7 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
                 dataplane,
                 grpc.address,
                 grpc.port,
-                options.grpc_max_message_bytes,
+                options.grpc_limits,
                 options.grpc_restricted,
             )
         )

@@ -10,6 +10,7 @@ import grpc
 from tritonclient.grpc import service_pb2_grpc
 
 from serve.dataplane import DataPlane
+from serve.grpc.limits import GrpcLimits
 from serve.grpc.service import InferenceServicer
 from serve.restricted import RestrictedApis, Restriction
 
@@ -26,7 +27,7 @@ class GrpcEndpoint:
         dataplane: DataPlane,
         address: str,
         port: int,
-        max_message_bytes: int,
+        limits: GrpcLimits,
         restricted: RestrictedApis | None = None,
     ) -> None:
         self._dataplane = dataplane
@@ -34,8 +35,9 @@ class GrpcEndpoint:
         self._address = address
         self._port = port
         self._options = [
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_send_message_length", limits.max_message_bytes),
+            ("grpc.max_concurrent_streams", limits.max_streams),
             # Without this grpcio binds with SO_REUSEPORT: a second server on a port in use
             # would start and share it instead of failing.
             ("grpc.so_reuseport", 0),

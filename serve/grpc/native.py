@@ -24,6 +24,7 @@ from serve.grpc.codec import decode_infer_request, encode_infer_response
 from serve.grpc.endpoint import STOP_GRACE_S
 from serve.grpc.http2.calls import Call, Router, RpcMethod
 from serve.grpc.http2.server import Http2GrpcServer
+from serve.grpc.limits import GrpcLimits
 from serve.grpc.service import InferenceServicer
 from serve.grpc.status import GRPC_STATUS
 from serve.grpc.stream import error_response, stream_answer
@@ -217,12 +218,12 @@ class NativeGrpcEndpoint:
         dataplane: DataPlane,
         address: str,
         port: int,
-        max_message_bytes: int,
+        limits: GrpcLimits,
         restricted: RestrictedApis | None = None,
     ):
         self._address = address
         self._port = port
-        self._server = Http2GrpcServer(build_router(dataplane, restricted), max_message_bytes)
+        self._server = Http2GrpcServer(build_router(dataplane, restricted), limits)
 
     async def start(self) -> tuple[str, int]:
         sock = bind_tcp(self._address, self._port)

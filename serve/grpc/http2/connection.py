@@ -9,6 +9,7 @@ method; a message over the size limit ends its call with RESOURCE_EXHAUSTED.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any, cast
 
@@ -24,6 +25,7 @@ from serve.grpc.http2.calls import (
     RpcMethod,
     Trailers,
 )
+from serve.grpc.limits import DEFAULT_MAX_STREAMS
 
 log = logging.getLogger("serve.grpc")
 
@@ -32,13 +34,18 @@ log = logging.getLogger("serve.grpc")
 LOCAL_WINDOW = 1 << 24
 _TOP_UP = LOCAL_WINDOW // 2
 
-_SERVER_SETTINGS = f.settings_frame(
-    {
-        f.SETTINGS_INITIAL_WINDOW_SIZE: LOCAL_WINDOW,
-        f.SETTINGS_MAX_FRAME_SIZE: (1 << 24) - 1,
-        f.SETTINGS_MAX_HEADER_LIST_SIZE: 1 << 16,
-    }
-) + f.window_update(0, LOCAL_WINDOW - f.DEFAULT_WINDOW)
+
+@functools.cache
+def _server_settings(max_streams: int) -> bytes:
+    return f.settings_frame(
+        {
+            f.SETTINGS_MAX_CONCURRENT_STREAMS: max_streams,
+            f.SETTINGS_INITIAL_WINDOW_SIZE: LOCAL_WINDOW,
+            f.SETTINGS_MAX_FRAME_SIZE: (1 << 24) - 1,
+            f.SETTINGS_MAX_HEADER_LIST_SIZE: 1 << 16,
+        }
+    ) + f.window_update(0, LOCAL_WINDOW - f.DEFAULT_WINDOW)
+
 
 _HEADER_CACHE_SIZE = 64  # distinct all-indexed header blocks kept per connection
 
@@ -58,9 +65,16 @@ class Http2ProtocolError(Exception):
 class GrpcConnection(asyncio.Protocol):
     """The server side of one HTTP/2 connection carrying gRPC calls."""
 
-    def __init__(self, router: Router, max_message_bytes: int, on_lost: Any = None) -> None:
+    def __init__(
+        self,
+        router: Router,
+        max_message_bytes: int,
+        on_lost: Any = None,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+    ) -> None:
         self._router = router
         self.max_message_bytes = max_message_bytes
+        self._max_streams = max_streams
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
         self._buffer = b""
@@ -83,7 +97,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._transport.write(_SERVER_SETTINGS)
+        self._transport.write(_server_settings(self._max_streams))
 
     def connection_lost(self, exc: Exception | None) -> None:
         calls = list(self._calls.values())
@@ -297,7 +311,8 @@ class GrpcConnection(asyncio.Protocol):
         if stream_id % 2 == 0 or stream_id <= self._last_stream_id:
             raise Http2ProtocolError(f.PROTOCOL_ERROR, f"bad new stream id {stream_id}")
         self._last_stream_id = stream_id
-        if self._going_away:
+        if self._going_away or len(self._calls) >= self._max_streams:
+            # REFUSED_STREAM: the call was not started, so a client may send it again
             self.write(f.rst_stream(stream_id, f.REFUSED_STREAM))
             return
         path = content_type = b""
@@ -376,6 +391,26 @@ class GrpcConnection(asyncio.Protocol):
             if self.send_window <= 0:
                 break
             self.flush(call, [])
+
+
+class RefusedConnection(asyncio.Protocol):
+    """A connection past the server's connection limit: its SETTINGS, then GOAWAY with no
+    stream processed (clients report UNAVAILABLE with `reason`), then close once the peer
+    has read it: what the client still sends is read and dropped, so it gets the GOAWAY
+    rather than a reset."""
+
+    def __init__(self, reason: str, linger_s: float = 2.0) -> None:
+        self._reason = reason.encode()[:200]
+        self._linger_s = linger_s
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        writer = cast(asyncio.Transport, transport)
+        writer.write(f.settings_frame({}) + f.goaway(0, f.ENHANCE_YOUR_CALM, self._reason))
+        log.warning("gRPC connection refused: %s", self._reason.decode())
+        asyncio.get_running_loop().call_later(self._linger_s, writer.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # dropped: no call of this connection is served
 
 
 def _strip_padding(payload: bytes) -> bytes:

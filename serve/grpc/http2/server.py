@@ -6,20 +6,26 @@ import asyncio
 import socket
 
 from serve.grpc.http2.calls import Router
-from serve.grpc.http2.connection import GrpcConnection
+from serve.grpc.http2.connection import GrpcConnection, RefusedConnection
+from serve.grpc.limits import GrpcLimits
 from serve.sockets import LISTEN_BACKLOG
 
 
 class Http2GrpcServer:
-    def __init__(self, router: Router, max_message_bytes: int) -> None:
+    def __init__(self, router: Router, limits: GrpcLimits) -> None:
         self._router = router
-        self._max_message_bytes = max_message_bytes
+        self._limits = limits
         self._server: asyncio.Server | None = None
         self._connections: set[GrpcConnection] = set()
 
-    def _connection(self) -> GrpcConnection:
+    def _connection(self) -> asyncio.Protocol:
+        if len(self._connections) >= self._limits.max_connections:
+            return RefusedConnection(self._limits.too_many_connections())
         connection = GrpcConnection(
-            self._router, self._max_message_bytes, self._connections.discard
+            self._router,
+            self._limits.max_message_bytes,
+            self._connections.discard,
+            max_streams=self._limits.max_streams,
         )
         self._connections.add(connection)
         return connection

@@ -12,7 +12,7 @@ import pytest
 
 from serve.grpc.http2 import frames as f
 from serve.grpc.http2.calls import Call, RpcMethod
-from serve.grpc.http2.connection import GrpcConnection
+from serve.grpc.http2.connection import GrpcConnection, RefusedConnection
 
 ECHO = b"/test.Service/Echo"
 STREAM = b"/test.Service/Stream"
@@ -59,10 +59,15 @@ class Listener:
 class Client:
     """A scripted HTTP/2 client over one connection with a fake transport."""
 
-    def __init__(self, max_message_bytes: int = 1 << 20, settings: dict[int, int] | None = None):
+    def __init__(
+        self,
+        max_message_bytes: int = 1 << 20,
+        settings: dict[int, int] | None = None,
+        max_streams: int = 1024,
+    ):
         self.listeners: list[Listener] = []
         self.later: list[tuple[bytes, Call]] = []
-        self.connection = GrpcConnection(self.route, max_message_bytes)
+        self.connection = GrpcConnection(self.route, max_message_bytes, max_streams=max_streams)
         self.transport = FakeTransport()
         self.connection.connection_made(self.transport)  # type: ignore[arg-type]
         self.encoder = hpack.Encoder()
@@ -360,3 +365,39 @@ def test_repeated_header_blocks_decode_as_hpack_does_after_the_table_changes() -
     decode(blocks[2])
     assert [tuple(h) for h in decode(blocks[1])] == expected
     assert expected != first
+
+
+def test_calls_past_the_stream_limit_are_refused_until_one_ends() -> None:
+    client = Client(max_streams=2)
+    (settings, *_) = client.frames()
+    assert (f.SETTINGS_MAX_CONCURRENT_STREAMS, 2) in f.parse_settings(settings.payload)
+    client.send(client.headers(1, LATER) + client.message(b"a", 1))
+    client.send(client.headers(3, LATER) + client.message(b"b", 3))
+    client.send(client.headers(5, ECHO) + client.message(b"c", 5))
+    (refused,) = client.frames()
+    assert (refused.type, refused.stream) == (f.RST_STREAM, 5)
+    assert int.from_bytes(refused.payload, "big") == f.REFUSED_STREAM  # safe to send again
+    assert [message for message, _ in client.later] == [b"a", b"b"]
+    client.later[0][1].respond(b"done")
+    assert list(messages(client.frames(), 1)) == [b"done"]
+    client.send(client.headers(7, ECHO) + client.message(b"cd", 7))
+    assert list(messages(client.frames(), 7)) == [b"dc"]
+
+
+def test_a_connection_past_the_limit_gets_goaway_with_the_reason_then_closes() -> None:
+    async def scenario() -> None:
+        transport = FakeTransport()
+        refused = RefusedConnection("limit of 2 open gRPC connections", linger_s=0.01)
+        refused.connection_made(transport)  # type: ignore[arg-type]
+        settings = f.settings_frame({})
+        assert bytes(transport.written).startswith(settings)
+        goaway = bytes(transport.written)[len(settings) :]
+        assert goaway[3] == f.GOAWAY
+        assert int.from_bytes(goaway[9:13], "big") == 0  # no stream was processed
+        assert int.from_bytes(goaway[13:17], "big") == f.ENHANCE_YOUR_CALM
+        assert goaway[17:] == b"limit of 2 open gRPC connections"
+        assert not transport.closed  # the client reads the GOAWAY before the close
+        await asyncio.sleep(0.05)
+        assert transport.closed
+
+    asyncio.run(scenario())
