@@ -7,12 +7,16 @@ loopback only, and the counts docs/reliability.md quotes.
    against a slow python model with max_queue_size: every request must be answered 200 or
    503; the model's statistics must count exactly the 200s and the 503s (nothing lost or
    answered twice); the server's peak RSS is reported.
-3. `--disconnects` clients vanishing mid-request (a third after half a request, the rest after
+3. `--fuzz` nearly-right requests to `simple` (benchmarks/fuzz_requests.py, from `--seed`):
+   every one answered 2xx or 4xx, every error with a message; peak RSS.
+4. `--disconnects` clients vanishing mid-request (a third after half a request, the rest after
    a whole one, each closing with a reset): the server's open file descriptors before and
    after, and its queue drained.
-4. Oversized bodies (`--oversized` of them, each declaring twice the size limit) and requests
+5. `--stub-kills` SIGKILLs of the slow model's python process under load: every request
+   answered, the model serving again after each.
+6. Oversized bodies (`--oversized` of them, each declaring twice the size limit) and requests
    left half sent past the read timeout: every one answered 413 / 408.
-5. Throughput of `simple` again (twice before the abuse, twice after): the server is back at
+7. Throughput of `simple` again (twice before the abuse, twice after): the server is back at
    full speed.
 
     python benchmarks/reliability.py                     # ~5 minutes
@@ -30,13 +34,20 @@ import struct
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import orjson
+import psutil
+from fuzz_requests import fuzzed_requests
 from peer import ROOT, Server, install, measure, median_range, ours, run_main
+from raw_load import Tally, request_bytes, send_all
+
+from serve.backends.python.process import STUB_MODULE
 
 LIMIT = 1 << 20
+SLOW_PATH = "/v2/models/slow/infer"
 SLOW = """name: "slow"
 backend: "python"
 max_batch_size: 8
@@ -84,45 +95,118 @@ def _counts(base: str) -> tuple[int, int]:
     return stats["success"]["count"], stats["fail"]["count"]
 
 
-async def _burst(base: str, requests: int, connections: int) -> Counter[int | str]:
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=300) as client:
+def _countdown(request: bytes, count: int) -> Callable[[], bytes | None]:
+    left = count
 
-        async def one() -> int | str:
-            try:
-                response = await client.post(
-                    "/v2/models/slow/infer",
-                    content=BODY,
-                    headers={"content-type": "application/json"},
-                )
-            except httpx.HTTPError as exc:
-                return type(exc).__name__
-            return response.status_code
+    def next_request() -> bytes | None:
+        nonlocal left
+        left -= 1
+        return request if left >= 0 else None
 
-        return Counter(await asyncio.gather(*(one() for _ in range(requests))))
+    return next_request
 
 
 def burst(server: Server, requests: int, connections: int) -> None:
     base = f"http://{server.urls['http']}"
+    host, port = server.urls["http"].rsplit(":", 1)
     pid = server.process.pid
     before = _counts(base)
     rss = _status_kb(pid, "VmRSS")
     started = time.monotonic()
-    codes = asyncio.run(_burst(base, requests, connections))
+    request = request_bytes(SLOW_PATH, BODY, {"Content-Type": "application/json"})
+    tally = asyncio.run(send_all(host, int(port), _countdown(request, requests), connections))
     seconds = time.monotonic() - started
     after = _counts(base)
     peak = _status_kb(pid, "VmHWM")
+    codes = tally.codes
     ok, shed = codes.get(200, 0), codes.get(503, 0)
     other = {k: v for k, v in codes.items() if k not in (200, 503)}
-    lost = requests - ok - shed - sum(other.values())
+    lost = requests - tally.sent()
     print(
         f"burst: {requests:,} requests from {connections} connections in {seconds:.1f} s: "
         f"{ok:,} answered 200, {shed:,} shed 503, other {other or 'none'}, lost {lost}; "
         f"statistics count {after[0] - before[0]:,} successes and {after[1] - before[1]:,} "
         f"failures; RSS {rss / 1024:.0f} MB before, peak {peak / 1024:.0f} MB"
     )
-    if other or (after[0] - before[0], after[1] - before[1]) != (ok, shed):
+    if other or lost or (after[0] - before[0], after[1] - before[1]) != (ok, shed):
         raise SystemExit("burst: answers and statistics disagree")
+
+
+def fuzz(server: Server, count: int, connections: int, seed: int) -> None:
+    """Nearly-right requests (benchmarks/fuzz_requests.py) to `simple`: every one answered,
+    none with 5xx, every error a JSON object with a message; the server's peak RSS."""
+    host, port = server.urls["http"].rsplit(":", 1)
+    pid = server.process.pid
+    rss = _status_kb(pid, "VmRSS")
+    requests = iter(fuzzed_requests(count, seed))
+    started = time.monotonic()
+    tally = asyncio.run(send_all(host, int(port), lambda: next(requests, None), connections))
+    seconds = time.monotonic() - started
+    peak = _status_kb(pid, "VmHWM")
+    by_class = Counter(f"{k // 100}xx" if isinstance(k, int) else k for k in tally.codes.elements())
+    unexplained = [b for b in tally.error_bodies if not _has_message(b)]
+    print(
+        f"fuzz: {count:,} requests (seed {seed}) from {connections} connections in "
+        f"{seconds:.1f} s: {dict(sorted(by_class.items()))}; errors without a message "
+        f"{len(unexplained)}; RSS {rss / 1024:.0f} MB before, peak {peak / 1024:.0f} MB"
+    )
+    if set(by_class) - {"2xx", "4xx"} or unexplained or tally.sent() != count:
+        raise SystemExit(f"fuzz: an answer that is not 2xx/4xx with a message: {tally.codes}")
+
+
+def _has_message(body: bytes) -> bool:
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(error, str) and bool(error)
+
+
+def _stubs(pid: int) -> list[psutil.Process]:
+    children = psutil.Process(pid).children(recursive=True)
+    return [c for c in children if STUB_MODULE in " ".join(c.cmdline())]
+
+
+def stub_kills(server: Server, kills: int, connections: int) -> None:
+    """SIGKILL the slow model's stub process `kills` times under load from `connections`
+    clients: requests fail only while it is down, every request is answered, and a new stub
+    serves after each kill."""
+    host, port = server.urls["http"].rsplit(":", 1)
+    pid = server.process.pid
+    request = request_bytes(SLOW_PATH, BODY, {"Content-Type": "application/json"})
+    stop = False
+
+    def next_request() -> bytes | None:
+        return None if stop else request
+
+    async def scenario() -> Tally:
+        nonlocal stop
+        load = asyncio.create_task(send_all(host, int(port), next_request, connections))
+        for _ in range(kills):
+            await asyncio.sleep(1.0)
+            old = {p.pid for p in _stubs(pid)}
+            for stub in _stubs(pid):
+                stub.kill()
+            deadline = time.monotonic() + 60
+            while not ({p.pid for p in _stubs(pid)} - old) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        stop = True
+        return await load
+
+    tally = asyncio.run(scenario())
+    print(
+        f"stub kills: {kills} SIGKILLs of the python model's process under load from "
+        f"{connections} connections: {dict(tally.codes)} over {tally.sent():,} requests"
+    )
+    after = httpx.post(
+        f"http://{server.urls['http']}{SLOW_PATH}",
+        content=BODY,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    if after.status_code != 200 or set(tally.codes) - {200, 500, 503}:
+        raise SystemExit(f"stub kills: the model did not come back ({after.status_code})")
 
 
 def disconnects(server: Server, count: int) -> None:
@@ -170,6 +254,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=256)
     parser.add_argument("--disconnects", type=int, default=3000)
     parser.add_argument("--oversized", type=int, default=1000)
+    parser.add_argument("--fuzz", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--stub-kills", type=int, default=10)
     parser.add_argument("--window-ms", type=int, default=2000)
     args = parser.parse_args()
     binary = install("install_perf_analyzer.sh")
@@ -198,7 +285,9 @@ def main() -> None:
             for _ in range(2):
                 throughput("before")
             burst(server, args.burst, args.connections)
+            fuzz(server, args.fuzz, 32, args.seed)
             disconnects(server, args.disconnects)
+            stub_kills(server, args.stub_kills, 16)
             refusals(server, args.oversized)
             for _ in range(2):
                 throughput("after")

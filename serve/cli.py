@@ -141,8 +141,8 @@ def _apply(flags: list[Any]) -> Any:
     type=click.IntRange(min=1),
     default=DEFAULT_GRPC_CONNECTIONS,
     show_default=True,
-    help="gRPC connections open at once; one more is closed with GOAWAY, its calls fail "
-    "UNAVAILABLE (native front end; not in tritonserver).",
+    help="gRPC connections open at once; the calls of one more fail UNAVAILABLE and it is "
+    "closed (native front end; not in tritonserver).",
 )
 @click.option(
     "--grpc-front-end",

@@ -4,9 +4,9 @@ connection, and connections.
 The native front end applies all three: a message over the size limit ends its call with
 RESOURCE_EXHAUSTED from its length prefix, before it is read; the stream limit is advertised
 in SETTINGS_MAX_CONCURRENT_STREAMS (gRPC clients queue their calls behind it) and a stream
-opened past it is reset with REFUSED_STREAM (safe to retry); a connection past the connection
-limit is answered GOAWAY (clients report UNAVAILABLE) and closed. grpcio's server applies the
-message and stream limits; it has no connection limit.
+opened past it is reset with REFUSED_STREAM (safe to retry); each call of a connection past the
+connection limit fails UNAVAILABLE naming the limit, and the connection is closed. grpcio's
+server applies the message and stream limits; it has no connection limit.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from serve.grpc.http2 import frames as f
 from serve.grpc.http2.calls import (
     INTERNAL,
     PERMISSION_DENIED,
+    UNAVAILABLE,
     UNIMPLEMENTED,
     Call,
     Router,
@@ -47,6 +48,9 @@ def _server_settings(max_streams: int) -> bytes:
     ) + f.window_update(0, LOCAL_WINDOW - f.DEFAULT_WINDOW)
 
 
+# How long a connection past the server's limit stays open for its refusals to be read.
+REFUSAL_LINGER_S = 2.0
+
 _HEADER_CACHE_SIZE = 64  # distinct all-indexed header blocks kept per connection
 
 _PATH = b":path"
@@ -71,10 +75,16 @@ class GrpcConnection(asyncio.Protocol):
         max_message_bytes: int,
         on_lost: Any = None,
         max_streams: int = DEFAULT_MAX_STREAMS,
+        refusal: str = "",
     ) -> None:
+        """`refusal`: this connection is one past the server's limit: each call it opens is
+        answered UNAVAILABLE with this message (gRPC clients fail the call at once; a GOAWAY
+        before any call would leave them retrying until their deadline), then GOAWAY; the
+        connection is closed after `REFUSAL_LINGER_S` in any case."""
         self._router = router
         self.max_message_bytes = max_message_bytes
         self._max_streams = max_streams
+        self._refusal = refusal
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
         self._buffer = b""
@@ -98,6 +108,8 @@ class GrpcConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._transport.write(_server_settings(self._max_streams))
+        if self._refusal:
+            asyncio.get_running_loop().call_later(REFUSAL_LINGER_S, self._close_transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         calls = list(self._calls.values())
@@ -325,7 +337,11 @@ class GrpcConnection(asyncio.Protocol):
         call = Call(self, stream_id, method or RpcMethod())
         self._calls[stream_id] = call
         self._idle.clear()
-        if not content_type.startswith(_GRPC_CONTENT_TYPE):
+        if self._refusal:
+            self._going_away = True
+            self.write(f.goaway(stream_id, f.NO_ERROR))
+            call.finish(UNAVAILABLE, self._refusal)
+        elif not content_type.startswith(_GRPC_CONTENT_TYPE):
             call.finish(INTERNAL, f"content-type must be application/grpc, got {content_type!r}")
         elif method is None:
             call.finish(UNIMPLEMENTED, f"unknown method {path.decode('latin-1')}")
@@ -391,26 +407,6 @@ class GrpcConnection(asyncio.Protocol):
             if self.send_window <= 0:
                 break
             self.flush(call, [])
-
-
-class RefusedConnection(asyncio.Protocol):
-    """A connection past the server's connection limit: its SETTINGS, then GOAWAY with no
-    stream processed (clients report UNAVAILABLE with `reason`), then close once the peer
-    has read it: what the client still sends is read and dropped, so it gets the GOAWAY
-    rather than a reset."""
-
-    def __init__(self, reason: str, linger_s: float = 2.0) -> None:
-        self._reason = reason.encode()[:200]
-        self._linger_s = linger_s
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        writer = cast(asyncio.Transport, transport)
-        writer.write(f.settings_frame({}) + f.goaway(0, f.ENHANCE_YOUR_CALM, self._reason))
-        log.warning("gRPC connection refused: %s", self._reason.decode())
-        asyncio.get_running_loop().call_later(self._linger_s, writer.close)
-
-    def data_received(self, data: bytes) -> None:
-        pass  # dropped: no call of this connection is served
 
 
 def _strip_padding(payload: bytes) -> bytes:

@@ -6,7 +6,7 @@ import asyncio
 import socket
 
 from serve.grpc.http2.calls import Router
-from serve.grpc.http2.connection import GrpcConnection, RefusedConnection
+from serve.grpc.http2.connection import GrpcConnection
 from serve.grpc.limits import GrpcLimits
 from serve.sockets import LISTEN_BACKLOG
 
@@ -18,14 +18,14 @@ class Http2GrpcServer:
         self._server: asyncio.Server | None = None
         self._connections: set[GrpcConnection] = set()
 
-    def _connection(self) -> asyncio.Protocol:
-        if len(self._connections) >= self._limits.max_connections:
-            return RefusedConnection(self._limits.too_many_connections())
+    def _connection(self) -> GrpcConnection:
+        over = len(self._connections) >= self._limits.max_connections
         connection = GrpcConnection(
             self._router,
             self._limits.max_message_bytes,
             self._connections.discard,
             max_streams=self._limits.max_streams,
+            refusal=self._limits.too_many_connections() if over else "",
         )
         self._connections.add(connection)
         return connection

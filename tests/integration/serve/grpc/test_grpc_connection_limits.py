@@ -57,6 +57,7 @@ def test_a_connection_past_the_limit_is_refused_and_the_others_serve(
             with pytest.raises(grpc.RpcError) as refused:
                 stub.ServerLive(pb.ServerLiveRequest(), timeout=10)
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "--grpc-max-connections" in (refused.value.details() or "")
         np.testing.assert_array_equal(_infer(first), 2 * np.arange(16).reshape(1, 16))
     with grpcclient.InferenceServerClient(server.grpc_url) as again:  # the slot is free
         assert again.is_server_live()

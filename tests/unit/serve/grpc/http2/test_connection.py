@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 import hpack
 import pytest
 
+from serve.grpc.http2 import connection as connection_module
 from serve.grpc.http2 import frames as f
 from serve.grpc.http2.calls import Call, RpcMethod
-from serve.grpc.http2.connection import GrpcConnection, RefusedConnection
+from serve.grpc.http2.connection import GrpcConnection
 
 ECHO = b"/test.Service/Echo"
 STREAM = b"/test.Service/Stream"
@@ -64,10 +65,13 @@ class Client:
         max_message_bytes: int = 1 << 20,
         settings: dict[int, int] | None = None,
         max_streams: int = 1024,
+        refusal: str = "",
     ):
         self.listeners: list[Listener] = []
         self.later: list[tuple[bytes, Call]] = []
-        self.connection = GrpcConnection(self.route, max_message_bytes, max_streams=max_streams)
+        self.connection = GrpcConnection(
+            self.route, max_message_bytes, max_streams=max_streams, refusal=refusal
+        )
         self.transport = FakeTransport()
         self.connection.connection_made(self.transport)  # type: ignore[arg-type]
         self.encoder = hpack.Encoder()
@@ -384,20 +388,23 @@ def test_calls_past_the_stream_limit_are_refused_until_one_ends() -> None:
     assert list(messages(client.frames(), 7)) == [b"dc"]
 
 
-def test_a_connection_past_the_limit_gets_goaway_with_the_reason_then_closes() -> None:
+def test_a_connection_past_the_limit_answers_its_call_unavailable_then_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connection_module, "REFUSAL_LINGER_S", 0.05)
+
     async def scenario() -> None:
-        transport = FakeTransport()
-        refused = RefusedConnection("limit of 2 open gRPC connections", linger_s=0.01)
-        refused.connection_made(transport)  # type: ignore[arg-type]
-        settings = f.settings_frame({})
-        assert bytes(transport.written).startswith(settings)
-        goaway = bytes(transport.written)[len(settings) :]
-        assert goaway[3] == f.GOAWAY
-        assert int.from_bytes(goaway[9:13], "big") == 0  # no stream was processed
-        assert int.from_bytes(goaway[13:17], "big") == f.ENHANCE_YOUR_CALM
-        assert goaway[17:] == b"limit of 2 open gRPC connections"
-        assert not transport.closed  # the client reads the GOAWAY before the close
-        await asyncio.sleep(0.05)
-        assert transport.closed
+        client = Client(refusal="the server holds its limit of 2 open gRPC connections")
+        client.frames()
+        client.send(client.headers(1, ECHO) + client.message(b"x", 1))
+        frames = client.frames()
+        assert [fr.type for fr in frames] == [f.GOAWAY, f.HEADERS]
+        trailers = client.decode(frames[1])
+        assert trailers["grpc-status"] == "14"  # UNAVAILABLE: the call failed at once
+        assert trailers["grpc-message"] == "the server holds its limit of 2 open gRPC connections"
+        assert client.transport.closed  # no call left open
+        silent = Client(refusal="limit")  # one that never calls is closed after the linger
+        await asyncio.sleep(0.2)
+        assert silent.transport.closed
 
     asyncio.run(scenario())
