@@ -16,17 +16,19 @@ loopback only, and the counts docs/reliability.md quotes.
    answered, the model serving again after each.
 6. Oversized bodies (`--oversized` of them, each declaring twice the size limit) and requests
    left half sent past the read timeout: every one answered 413 / 408.
-7. Throughput of `simple` again (twice before the abuse, twice after): the server is back at
-   full speed.
+7. Throughput of `simple` again (`--repeats` runs before the abuse, as many after): the server
+   is back at full speed.
 
-    python benchmarks/reliability.py                     # ~5 minutes
-    python benchmarks/reliability.py --burst 50000 --connections 512 --disconnects 20000
+    python benchmarks/reliability.py                     # ~2 minutes
+    python benchmarks/reliability.py --burst 500000 --connections 2000 --fuzz 1000000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import re
 import shutil
 import socket
 import statistics
@@ -162,9 +164,32 @@ def _has_message(body: bytes) -> bool:
     return isinstance(error, str) and bool(error)
 
 
+def idle_cpu(server: Server, label: str, seconds: float = 3.0) -> None:
+    """CPU seconds the server's process tree uses while no client sends anything: a task or
+    thread left spinning by the abuse would show here, whatever the host's noise."""
+    root = psutil.Process(server.process.pid)
+    processes = [root, *root.children(recursive=True)]
+    started = {p.pid: sum(p.cpu_times()[:2]) for p in processes}
+    time.sleep(seconds)
+    used = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            used += sum(process.cpu_times()[:2]) - started[process.pid]
+    print(
+        f"idle {label}: {used:.2f} CPU s in {seconds:g} s; {root.num_threads()} threads, "
+        f"{root.num_fds()} descriptors, RSS {_status_kb(root.pid, 'VmRSS') / 1024:.0f} MB"
+    )
+
+
 def _stubs(pid: int) -> list[psutil.Process]:
-    children = psutil.Process(pid).children(recursive=True)
-    return [c for c in children if STUB_MODULE in " ".join(c.cmdline())]
+    stubs = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and STUB_MODULE in child.cmdline():
+                stubs.append(child)
+        except psutil.Error:  # gone, or killed and not yet reaped
+            continue
+    return stubs
 
 
 def stub_kills(server: Server, kills: int, connections: int) -> None:
@@ -195,9 +220,13 @@ def stub_kills(server: Server, kills: int, connections: int) -> None:
         return await load
 
     tally = asyncio.run(scenario())
+    errors = Counter(
+        re.sub(rb"\d+", b"N", body).decode(errors="replace") for body in tally.error_bodies
+    )
     print(
         f"stub kills: {kills} SIGKILLs of the python model's process under load from "
-        f"{connections} connections: {dict(tally.codes)} over {tally.sent():,} requests"
+        f"{connections} connections: {dict(tally.codes)} over {tally.sent():,} requests; "
+        f"errors {dict(errors)}"
     )
     after = httpx.post(
         f"http://{server.urls['http']}{SLOW_PATH}",
@@ -250,11 +279,12 @@ def refusals(server: Server, count: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--burst", type=int, default=5000)
-    parser.add_argument("--connections", type=int, default=256)
-    parser.add_argument("--disconnects", type=int, default=3000)
+    parser.add_argument("--burst", type=int, default=50_000)
+    parser.add_argument("--connections", type=int, default=512)
+    parser.add_argument("--disconnects", type=int, default=10_000)
     parser.add_argument("--oversized", type=int, default=1000)
-    parser.add_argument("--fuzz", type=int, default=20000)
+    parser.add_argument("--fuzz", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3, help="throughput runs before, after")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--stub-kills", type=int, default=10)
     parser.add_argument("--window-ms", type=int, default=2000)
@@ -264,7 +294,7 @@ def main() -> None:
         scratch = Path(scratch_dir)
         flags = ("--http-max-input-size", str(LIMIT), "--http-read-timeout", "2")
         with ours(_repository(scratch), scratch / "server.log", flags) as server:
-            runs: dict[str, list[float]] = {"before": [], "after": []}
+            runs: dict[str, list[float]] = {"warm-up": [], "before": [], "after": []}
 
             def throughput(label: str) -> None:
                 run = measure(
@@ -282,14 +312,17 @@ def main() -> None:
                 if run is not None:
                     runs[label].append(run.infer_per_s)
 
-            for _ in range(2):
+            throughput("warm-up")  # a fresh server's first runs pay for first allocations
+            for _ in range(args.repeats):
                 throughput("before")
+            idle_cpu(server, "before")
             burst(server, args.burst, args.connections)
             fuzz(server, args.fuzz, 32, args.seed)
             disconnects(server, args.disconnects)
             stub_kills(server, args.stub_kills, 16)
             refusals(server, args.oversized)
-            for _ in range(2):
+            idle_cpu(server, "after")
+            for _ in range(args.repeats):
                 throughput("after")
             if runs["before"] and runs["after"]:
                 ratio = statistics.median(runs["after"]) / statistics.median(runs["before"])
