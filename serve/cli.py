@@ -17,6 +17,7 @@ from serve.grpc.limits import (
     GrpcLimits,
 )
 from serve.http.limits import (
+    DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_INPUT_BYTES,
     DEFAULT_READ_TIMEOUT_S,
@@ -90,6 +91,15 @@ def _apply(flags: list[Any]) -> Any:
     show_default=True,
     help="Largest HTTP request body in bytes; a larger one is answered 413 from its "
     "Content-Length, before it is read.",
+)
+@click.option(
+    "--http-max-buffered-input-size",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BUFFERED_BYTES,
+    show_default=True,
+    help="Request bytes held at once across HTTP connections while bodies arrive; a request "
+    "past it waits, its connection not read, until there is room (at least one request is "
+    "always admitted; native front end; not in tritonserver).",
 )
 @click.option(
     "--http-read-timeout",
@@ -249,6 +259,7 @@ def serve_command(
     grpc_restricted_protocol: tuple[str, ...],
     http_front_end: str,
     http_max_input_size: int,
+    http_max_buffered_input_size: int,
     http_read_timeout: float,
     http_max_connections: int,
     http_restricted_api: tuple[str, ...],
@@ -293,6 +304,7 @@ def serve_command(
         http_front_end=http_front_end,
         http_limits=HttpLimits(
             max_input_bytes=http_max_input_size,
+            max_buffered_bytes=http_max_buffered_input_size,
             read_timeout_s=http_read_timeout,
             max_connections=http_max_connections,
         ),

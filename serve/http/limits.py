@@ -19,6 +19,8 @@ DEFAULT_MAX_INPUT_BYTES = 64 * 2**20
 MAX_HEADER_BYTES = 64 * 2**10
 DEFAULT_READ_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 4096
+# Request bodies held at once across connections while they arrive: 16 of the largest.
+DEFAULT_MAX_BUFFERED_BYTES = 16 * DEFAULT_MAX_INPUT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,9 @@ class HttpLimits:
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # open at once; more are answered 503
     max_header_bytes: int = MAX_HEADER_BYTES
+    # request bodies held at once across the connections while they arrive (native front end);
+    # one more waits, its connection not read, until there is room
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
 
     def too_large(self, size: int) -> str:
         return (

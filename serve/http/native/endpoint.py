@@ -3,7 +3,8 @@ request answered by the endpoint's routes (`serve.http.native.routes`).
 
 A sweep looks at every connection a few dozen times per read timeout: it answers 408 to a
 request not received whole in time, and closes a connection idle for the idle limit. Past
-`HttpLimits.max_connections`, a new connection's requests are answered 503.
+`HttpLimits.max_connections`, a new connection's requests are answered 503. The request bodies
+being received share one `BodyBudget` (`HttpLimits.max_buffered_bytes`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Protocol
 from serve.http.codec import encode_error
 from serve.http.limits import DEFAULT_LIMITS, HttpLimits
 from serve.http.native.asgi_bridge import AsgiBridge
+from serve.http.native.budget import BodyBudget
 from serve.http.native.protocol import HttpConnection, HttpRequest, RequestHandler, ResponseSlot
 from serve.sockets import LISTEN_BACKLOG, bind_tcp
 
@@ -54,6 +56,7 @@ class NativeHttpEndpoint:
         self._grace_s = grace_s
         self._limits = limits
         self._refusing = _Refusing(limits.too_many_connections())
+        self._budget = BodyBudget(max(limits.max_buffered_bytes, limits.max_input_bytes))
         self._server: asyncio.Server | None = None
         # each connection -> when it was last seen doing something (monotonic seconds)
         self._connections: dict[HttpConnection, float] = {}
@@ -63,7 +66,7 @@ class NativeHttpEndpoint:
         handler: RequestHandler = self._routes
         if len(self._connections) >= self._limits.max_connections:
             handler = self._refusing
-        connection = HttpConnection(handler, self._forget, limits=self._limits)
+        connection = HttpConnection(handler, self._forget, limits=self._limits, budget=self._budget)
         self._connections[connection] = time.monotonic()
         return connection
 

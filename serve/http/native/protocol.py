@@ -31,6 +31,7 @@ import httptools
 
 from serve.http.codec import encode_error
 from serve.http.limits import DEFAULT_LIMITS, HttpLimits
+from serve.http.native.budget import BodyBudget
 
 log = logging.getLogger("serve.http")
 
@@ -47,6 +48,7 @@ _CONTENT_LENGTH = b"content-length: "
 _CONTENT_LENGTH_NAME = b"content-length"
 _CRLF = b"\r\n"
 _EXPECT = b"expect"
+_TRANSFER_ENCODING = b"transfer-encoding"
 _JSON_HEADER = b"content-type: application/json\r\n"
 _NO_BODY = (204, 304)
 
@@ -178,11 +180,15 @@ class HttpConnection(asyncio.Protocol):
         on_lost: Callable[[HttpConnection], None] | None = None,
         max_pending: int = MAX_PENDING,
         limits: HttpLimits = DEFAULT_LIMITS,
+        budget: BodyBudget | None = None,
     ) -> None:
         self._handler = handler
         self._on_lost = on_lost
         self._max_pending = max_pending
         self._limits = limits
+        self._budget = budget  # shared by the endpoint's connections; None: no budget
+        self._reserved = 0  # of the budget, for the body being read
+        self._wanted = 0  # asked of the budget and not granted yet: reading is paused
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._pending: deque[ResponseSlot] = deque()
@@ -218,6 +224,7 @@ class HttpConnection(asyncio.Protocol):
         if self._linger is not None:
             self._linger.cancel()
         self._stopped = True
+        self._return_budget()
         pending = list(self._pending)  # the request being read is in it, last
         self._pending.clear()
         self._slot = None
@@ -298,17 +305,26 @@ class HttpConnection(asyncio.Protocol):
         http_1_0 = parser.get_http_version() == "1.0"
         if http_1_0:
             slot.keep_alive_header = not slot.close
+        body_size = 0
         for name, value in self._headers:
             if name == _CONTENT_LENGTH_NAME:
                 # httptools has checked it is a number (a repeated one differing is an error)
                 if int(value) > self._limits.max_input_bytes:
                     self._refuse(413, self._limits.too_large(int(value)))
                     return
+                body_size = int(value)
             elif name == _EXPECT and not http_1_0:
                 slot.expect_continue = value.lower() == b"100-continue"
+            elif name == _TRANSFER_ENCODING and b"chunked" in value.lower():
+                body_size = self._limits.max_input_bytes  # its size is known only at its end
         self._slot = slot
         self._pending.append(slot)
         self._recv_start = time.monotonic_ns() if self._handler.timing else 0
+        if body_size and self._budget is not None:
+            if self._budget.reserve(self, body_size):
+                self._reserved = body_size
+            else:
+                self._wanted = body_size  # reading pauses (data_received's _update_reading)
 
     def on_body(self, body: bytes) -> None:
         if self._slot is None:  # refused, or after the parse stopped
@@ -347,6 +363,27 @@ class HttpConnection(asyncio.Protocol):
             log.exception("HTTP request handler failed")
             if slot.head is None:
                 slot.send(500, _JSON_HEADER, encode_error(f"internal error: {exc!r}"))
+        finally:
+            if self._reserved or self._wanted:
+                self._return_budget()
+
+    # -- the endpoint's body budget --------------------------------------------------------
+
+    def budget_granted(self, size: int) -> None:
+        self._wanted = 0
+        self._reserved = size
+        self._update_reading()
+
+    def _return_budget(self) -> None:
+        budget = self._budget
+        if budget is None:
+            return
+        if self._wanted:
+            self._wanted = 0
+            budget.withdraw(self)
+        if self._reserved:
+            reserved, self._reserved = self._reserved, 0
+            budget.release(reserved)
 
     # -- answering ---------------------------------------------------------------------------
 
@@ -418,6 +455,7 @@ class HttpConnection(asyncio.Protocol):
         self._in_message = False
         self._read_started = 0.0
         self._body = []
+        self._return_budget()
         if slot is None or slot.head is not None:
             slot = ResponseSlot(self, True, False)
             self._pending.append(slot)
@@ -437,7 +475,7 @@ class HttpConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        pause = self._write_paused or len(self._pending) >= self._max_pending
+        pause = self._write_paused or len(self._pending) >= self._max_pending or self._wanted > 0
         if pause != self._read_paused:
             self._read_paused = pause
             if pause:

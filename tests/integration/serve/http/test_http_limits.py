@@ -168,3 +168,37 @@ def test_the_uvicorn_front_end_refuses_oversized_bodies_too(
         _still_serves(running)
     finally:
         stop_server(running)
+
+
+def test_a_body_past_the_buffered_budget_waits_for_the_one_ahead(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # The budget holds one body of the size limit: a second request, whose body comes after its
+    # head, waits unread and unanswered until the first is whole and handed on. (A body that
+    # came in the same read as its head is in memory already: it is handed on at once.)
+    running = _start(
+        tmp_path_factory,
+        "--http-read-timeout",
+        "60",
+        "--http-max-buffered-input-size",
+        str(LIMIT),
+    )
+    infer = "/v2/models/simple/infer"
+    try:
+        with _connect(running) as first, _connect(running) as second:
+            body = b"{" + b" " * (LIMIT - 2) + b"}"
+            head = http_request("POST", infer, body)[: -len(body)]
+            first.sendall(head + body[: LIMIT // 2])
+            time.sleep(0.2)  # the first holds the whole budget
+            second.sendall(http_request("POST", infer, b"{}")[:-2])  # its head
+            time.sleep(0.2)
+            second.sendall(b"{}")  # its body, not read while it waits
+            assert read_responses(second, 1, timeout_s=1.0) == []  # nor answered
+            first.sendall(body[LIMIT // 2 :])
+            (answered_first,) = read_responses(first, 1)
+            (answered_second,) = read_responses(second, 1)
+        assert answered_first.status == 400  # no inputs: the body was read whole
+        assert answered_second.status == 400, answered_second.body
+        _still_serves(running)
+    finally:
+        stop_server(running)

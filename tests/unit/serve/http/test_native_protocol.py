@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import httptools
 
 from serve.http.limits import DEFAULT_LIMITS, HttpLimits
+from serve.http.native.budget import BodyBudget
 from serve.http.native.protocol import HttpConnection, HttpRequest, ResponseSlot
 
 TEXT = b"content-type: text/plain\r\n"
@@ -114,10 +115,10 @@ def post(path: str, body: bytes, *headers: str) -> bytes:
 
 
 def connect(
-    max_pending: int = 64, limits: HttpLimits = DEFAULT_LIMITS
+    max_pending: int = 64, limits: HttpLimits = DEFAULT_LIMITS, budget: BodyBudget | None = None
 ) -> tuple[HttpConnection, FakeTransport, Handler]:
     handler = Handler()
-    connection = HttpConnection(handler, max_pending=max_pending, limits=limits)
+    connection = HttpConnection(handler, max_pending=max_pending, limits=limits, budget=budget)
     transport = FakeTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     return connection, transport, handler
