@@ -7,6 +7,8 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,3 +98,18 @@ def stop_server(server: RunningServer, sig: int = signal.SIGTERM, timeout: float
     if code == -signal.SIGKILL:
         raise RuntimeError(f"the server did not exit within {timeout} s of signal {sig}; killed")
     return code
+
+
+@contextmanager
+def server_on_links(root: Path, models: Iterable[Path], *extra: str) -> Iterator[RunningServer]:
+    """A server started with `extra` flags on root/repository, a repository holding a link to
+    each model folder of `models`; stopped on exit."""
+    repository = root / "repository"
+    repository.mkdir()
+    for model in models:
+        (repository / model.name).symlink_to(model, target_is_directory=True)
+    running = start_server(repository, root / "server.log", *extra)
+    try:
+        yield running
+    finally:
+        stop_server(running)

@@ -16,21 +16,15 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import RunningServer, server_on_links
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp("grpc_connections")
-    repository = root / "repository"
-    repository.mkdir()
-    (repository / "simple").symlink_to(BUNDLED_REPOSITORY / "simple", target_is_directory=True)
-    limits = ["--grpc-max-connections", "1", "--grpc-max-concurrent-streams", "2"]
-    running = start_server(repository, root / "server.log", *limits)
-    try:
+    limits = ("--grpc-max-connections", "1", "--grpc-max-concurrent-streams", "2")
+    with server_on_links(root, [BUNDLED_REPOSITORY / "simple"], *limits) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 def _infer(client: grpcclient.InferenceServerClient) -> np.ndarray:

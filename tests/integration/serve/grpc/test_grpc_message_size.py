@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import RunningServer, server_on_links
 
 SMALL_LIMIT = 1024  # simple's batch of 8 carries 1024 bytes of tensors; a batch of 1, 128
 
@@ -40,15 +40,9 @@ def test_a_resnet18_batch_over_grpcs_default_limit_passes(
 @pytest.fixture(scope="module")
 def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp("grpc_limit")
-    repository = root / "repository"
-    repository.mkdir()
-    (repository / "simple").symlink_to(BUNDLED_REPOSITORY / "simple", target_is_directory=True)
-    limit = ["--grpc-max-message-bytes", str(SMALL_LIMIT)]
-    running = start_server(repository, root / "server.log", *limit)
-    try:
+    limit = ("--grpc-max-message-bytes", str(SMALL_LIMIT))
+    with server_on_links(root, [BUNDLED_REPOSITORY / "simple"], *limit) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 def test_a_message_over_the_configured_limit_is_refused(limited_server: RunningServer) -> None:

@@ -10,21 +10,17 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.server_process import start_server, stop_server
+from tests.support.server_process import server_on_links
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[grpcclient.InferenceServerClient]:
     root = tmp_path_factory.mktemp("grpc_settings")
-    repository = root / "repository"
-    repository.mkdir()
-    (repository / "simple").symlink_to(BUNDLED_REPOSITORY / "simple", target_is_directory=True)
-    running = start_server(repository, root / "server.log")
-    try:
-        with grpcclient.InferenceServerClient(running.grpc_url) as client:
-            yield client
-    finally:
-        stop_server(running)
+    with (
+        server_on_links(root, [BUNDLED_REPOSITORY / "simple"]) as running,
+        grpcclient.InferenceServerClient(running.grpc_url) as client,
+    ):
+        yield client
 
 
 def _trace(settings: dict[str, dict[str, list[str]]]) -> dict[str, list[str]]:
