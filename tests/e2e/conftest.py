@@ -54,3 +54,12 @@ def autotune(cwd: Path, *args: str, timeout: float = 600) -> subprocess.Complete
 
 
 __all__ = ["BUNDLED_REPOSITORY", "SLOW_DIGITS_CONFIG", "autotune"]
+
+
+def slow_digits_args(seed: int) -> tuple[str, ...]:
+    """A short tuning of digits (SLOW_DIGITS_CONFIG) for the tests that kill and resume runs:
+    fp32 only, 300 ms windows, no re-measure (the kill and the resume are checked)."""
+    return (
+        *("--latency-p95", "20ms", "-m", "digits", "--precision", "fp32"),
+        *("--measurement-interval", "300", "--seed", str(seed), "--remeasure-top", "0"),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
@@ -101,6 +102,16 @@ def stop_server(server: RunningServer, sig: int = signal.SIGTERM, timeout: float
 
 
 @contextmanager
+def serving(repository: Path, log_path: Path, *extra: str) -> Iterator[RunningServer]:
+    """`start_server` for the body of a `with`; stopped on exit."""
+    running = start_server(repository, log_path, *extra)
+    try:
+        yield running
+    finally:
+        stop_server(running)
+
+
+@contextmanager
 def server_on_links(root: Path, models: Iterable[Path], *extra: str) -> Iterator[RunningServer]:
     """A server started with `extra` flags on root/repository, a repository holding a link to
     each model folder of `models`; stopped on exit."""
@@ -108,8 +119,10 @@ def server_on_links(root: Path, models: Iterable[Path], *extra: str) -> Iterator
     repository.mkdir()
     for model in models:
         (repository / model.name).symlink_to(model, target_is_directory=True)
-    running = start_server(repository, root / "server.log", *extra)
-    try:
+    with serving(repository, root / "server.log", *extra) as running:
         yield running
-    finally:
-        stop_server(running)
+
+
+def connect(server: RunningServer, timeout_s: float = 10.0) -> socket.socket:
+    """A plain TCP connection to the server's HTTP endpoint."""
+    return socket.create_connection((server.host, server.port), timeout=timeout_s)

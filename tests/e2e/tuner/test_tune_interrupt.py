@@ -16,22 +16,9 @@ import psutil
 import pytest
 
 from serve.config.model_config import read_config_file
-from tests.e2e.conftest import SLOW_DIGITS_CONFIG, autotune
+from tests.e2e.conftest import SLOW_DIGITS_CONFIG, autotune, slow_digits_args
 
-ARGS = (
-    "--latency-p95",
-    "20ms",
-    "-m",
-    "digits",
-    "--precision",
-    "fp32",
-    "--measurement-interval",
-    "300",
-    "--seed",
-    "3",
-    "--remeasure-top",  # the kill and the resume are checked, not the re-measure
-    "0",
-)
+ARGS = slow_digits_args(3)
 
 
 def _processes_under(folder: Path) -> list[psutil.Process]:

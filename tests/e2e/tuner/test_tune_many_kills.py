@@ -16,25 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from serve.config.model_config import read_config_file
-from tests.e2e.conftest import SLOW_DIGITS_CONFIG, autotune
+from tests.e2e.conftest import SLOW_DIGITS_CONFIG, autotune, slow_digits_args
 
 KILLS = 4
-ARGS = (
-    "--latency-p95",
-    "20ms",
-    "-m",
-    "digits",
-    "--precision",
-    "fp32",
-    "--measurement-interval",
-    "300",
-    "--seed",
-    "5",
-    "--remeasure-top",
-    "0",
-    "--trials",
-    "6",
-)
+ARGS = (*slow_digits_args(5), "--trials", "6")
 
 
 def _finished_trials(reports: Path) -> set[int]:

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.raw_http import http_request
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import RunningServer, serving
 
 QUEUE = 8
 SLOW = f"""# from: add_sub_py
@@ -57,11 +57,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     for version in (p for p in source.iterdir() if p.name.isdigit()):
         shutil.copytree(version, model / version.name)
     (model / "config.pbtxt").write_text(SLOW)
-    running = start_server(root / "repository", root / "server.log")
-    try:
+    with serving(root / "repository", root / "server.log") as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 def _status_field(pid: int, field: str) -> int:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import RunningServer, serving
 
 DELAY_MS = 100
 TENSORS = """max_batch_size: 1
@@ -54,11 +54,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             f'name: "{name}"\nbackend: "python"\n{TENSORS}{batching}\n'
             f'parameters {{ key: "EXECUTE_DELAY_MS" value {{ string_value: "{DELAY_MS}" }} }}\n'
         )
-    running = start_server(root / "repository", root / "server.log")
-    try:
+    with serving(root / "repository", root / "server.log") as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 async def _infer(

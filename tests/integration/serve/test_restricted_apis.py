@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import RunningServer, serving
 
 KEY = {"admin-key": "s3cret"}
 WRONG = {"admin-key": "guess"}
@@ -34,7 +34,7 @@ def server(
 ) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp("restricted")
     shutil.copytree(BUNDLED_REPOSITORY / "simple", root / "repository" / "simple")
-    running = start_server(
+    with serving(
         root / "repository",
         root / "server.log",
         "--model-control-mode",
@@ -46,11 +46,8 @@ def server(
         "--grpc-restricted-protocol",
         "model-repository,shared-memory:admin-key=s3cret",
         *FRONT_ENDS[request.param],
-    )
-    try:
+    ) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 def _http_infer(client: httpclient.InferenceServerClient) -> list[list[int]]:

@@ -10,6 +10,7 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 import httpx
 import numpy as np
@@ -19,17 +20,19 @@ import tritonclient.http as httpclient
 
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.raw_http import http_request, read_responses
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import RunningServer, connect, serving
 
 LIMIT = 1 << 20
 READ_TIMEOUT_S = 1.0
 CONNECTIONS = 6
 
 
-def _start(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> RunningServer:
+def _serving(
+    tmp_path_factory: pytest.TempPathFactory, *extra: str
+) -> AbstractContextManager[RunningServer]:
     root = tmp_path_factory.mktemp("http_limits")
     shutil.copytree(BUNDLED_REPOSITORY / "simple", root / "repository" / "simple")
-    return start_server(
+    return serving(
         root / "repository",
         root / "server.log",
         "--http-max-input-size",
@@ -44,15 +47,8 @@ def _start(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> RunningServ
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = _start(tmp_path_factory)
-    try:
+    with _serving(tmp_path_factory) as running:
         yield running
-    finally:
-        stop_server(running)
-
-
-def _connect(server: RunningServer) -> socket.socket:
-    return socket.create_connection((server.host, server.port), timeout=10)
 
 
 def _still_serves(server: RunningServer) -> None:
@@ -72,7 +68,7 @@ def _still_serves(server: RunningServer) -> None:
 def test_oversized_body_is_refused_from_its_headers_before_it_is_sent(
     server: RunningServer,
 ) -> None:
-    with _connect(server) as sock:
+    with connect(server) as sock:
         head = http_request("POST", "/v2/models/simple/infer", b"")
         head = head.replace(b"Content-Length: 0", b"Content-Length: %d" % (LIMIT + 1))
         sock.sendall(head)  # the headers only: the answer must not wait for the body
@@ -106,7 +102,7 @@ def test_a_body_within_the_limit_is_served(server: RunningServer) -> None:
 def test_a_half_sent_request_is_answered_408_after_the_read_timeout(
     server: RunningServer,
 ) -> None:
-    with _connect(server) as sock:
+    with connect(server) as sock:
         head = http_request("POST", "/v2/models/simple/infer", b"{}")
         sock.sendall(head[:-1])  # the body's last byte never comes
         started = time.monotonic()
@@ -122,7 +118,7 @@ def _served_connection(server: RunningServer, deadline: float) -> socket.socket:
     """A connection whose request is served: one the server still counts from an earlier
     close (it sees closes shortly after they happen) is let go and tried again."""
     while True:
-        sock = _connect(server)
+        sock = connect(server)
         sock.sendall(http_request("GET", "/v2/health/live"))
         status = read_responses(sock, 1)[0].status
         if status == 200:
@@ -138,7 +134,7 @@ def test_past_the_connection_limit_requests_get_503_until_one_closes(
     deadline = time.monotonic() + 10
     held = [_served_connection(server, deadline) for _ in range(CONNECTIONS)]
     try:
-        with _connect(server) as extra:
+        with connect(server) as extra:
             extra.sendall(http_request("GET", "/v2/health/live"))
             (refused,) = read_responses(extra, 1)
         assert refused.status == 503 and refused.headers.get("retry-after") == "1"
@@ -153,8 +149,7 @@ def test_past_the_connection_limit_requests_get_503_until_one_closes(
 def test_the_uvicorn_front_end_refuses_oversized_bodies_too(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    running = _start(tmp_path_factory, "--http-front-end", "uvicorn")
-    try:
+    with _serving(tmp_path_factory, "--http-front-end", "uvicorn") as running:
         big = b"{" + b" " * (2 * LIMIT) + b"}"
         response = httpx.post(f"{running.base}/v2/models/simple/infer", content=big, timeout=10)
         assert response.status_code == 413, response.text
@@ -166,8 +161,6 @@ def test_the_uvicorn_front_end_refuses_oversized_bodies_too(
         )
         assert chunked.status_code == 413, chunked.text
         _still_serves(running)
-    finally:
-        stop_server(running)
 
 
 def test_a_body_past_the_buffered_budget_waits_for_the_one_ahead(
@@ -176,16 +169,15 @@ def test_a_body_past_the_buffered_budget_waits_for_the_one_ahead(
     # The budget holds one body of the size limit: a second request, whose body comes after its
     # head, waits unread and unanswered until the first is whole and handed on. (A body that
     # came in the same read as its head is in memory already: it is handed on at once.)
-    running = _start(
+    infer = "/v2/models/simple/infer"
+    with _serving(
         tmp_path_factory,
         "--http-read-timeout",
         "60",
         "--http-max-buffered-input-size",
         str(LIMIT),
-    )
-    infer = "/v2/models/simple/infer"
-    try:
-        with _connect(running) as first, _connect(running) as second:
+    ) as running:
+        with connect(running) as first, connect(running) as second:
             body = b"{" + b" " * (LIMIT - 2) + b"}"
             head = http_request("POST", infer, body)[: -len(body)]
             first.sendall(head + body[: LIMIT // 2])
@@ -200,5 +192,3 @@ def test_a_body_past_the_buffered_budget_waits_for_the_one_ahead(
         assert answered_first.status == 400  # no inputs: the body was read whole
         assert answered_second.status == 400, answered_second.body
         _still_serves(running)
-    finally:
-        stop_server(running)

@@ -21,7 +21,7 @@ from tests.support.raw_http import (
     read_responses,
     split_binary_response,
 )
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import RunningServer, connect, serving
 
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
 B = np.full((1, 16), 3, dtype=np.int32)
@@ -36,15 +36,10 @@ def front_end(request: pytest.FixtureRequest) -> str:
 def server(front_end: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp(f"wire-{front_end}")
     shutil.copytree(BUNDLED_REPOSITORY / "simple", root / "repository" / "simple")
-    running = start_server(root / "repository", root / "server.log", "--http-front-end", front_end)
-    try:
+    with serving(
+        root / "repository", root / "server.log", "--http-front-end", front_end
+    ) as running:
         yield running
-    finally:
-        stop_server(running)
-
-
-def _connect(server: RunningServer) -> socket.socket:
-    return socket.create_connection((server.host, server.port), timeout=10)
 
 
 def _read_until_closed(sock: socket.socket) -> bytes:
@@ -86,7 +81,7 @@ def test_pipelined_answers_keep_request_order(server: RunningServer) -> None:
         binary_infer("simple", "three", {"INPUT0": B, "INPUT1": B}),
         http_request("GET", "/v2/health/ready"),
     ]
-    with _connect(server) as sock:
+    with connect(server) as sock:
         sock.sendall(b"".join(requests))
         responses = read_responses(sock, len(requests))
     assert [r.complete for r in responses] == [True] * 5, responses
@@ -104,7 +99,7 @@ def test_pipelined_answers_keep_request_order(server: RunningServer) -> None:
 def test_expect_100_continue_is_answered_before_the_body(server: RunningServer) -> None:
     request = json_infer("simple", "continued", {"INPUT0": A, "INPUT1": B})
     head, body = request.split(b"\r\n\r\n", 1)
-    with _connect(server) as sock:
+    with connect(server) as sock:
         sock.sendall(head + b"\r\nExpect: 100-continue\r\n\r\n")
         interim = _read_head(sock)  # the server must answer before the body is sent
         assert interim.startswith(b"HTTP/1.1 100 "), interim
@@ -119,7 +114,7 @@ def test_chunked_request_body(server: RunningServer) -> None:
     head, body = request.split(b"\r\n\r\n", 1)
     lines = [line for line in head.split(b"\r\n") if not line.startswith(b"Content-Length")]
     chunks = [body[i : i + 50] for i in range(0, len(body), 50)]
-    with _connect(server) as sock:
+    with connect(server) as sock:
         sock.sendall(b"\r\n".join([*lines, b"Transfer-Encoding: chunked"]) + b"\r\n\r\n")
         for chunk in chunks:
             sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -134,7 +129,7 @@ def test_chunked_request_body(server: RunningServer) -> None:
 def test_connection_close_is_answered_then_closed(server: RunningServer) -> None:
     request = json_infer("simple", "last", {"INPUT0": A, "INPUT1": B})
     head, body = request.split(b"\r\n\r\n", 1)
-    with _connect(server) as sock:
+    with connect(server) as sock:
         sock.sendall(head + b"\r\nConnection: close\r\n\r\n" + body)
         (response,) = read_responses(sock, 1)
         rest = _read_until_closed(sock)
@@ -144,7 +139,7 @@ def test_connection_close_is_answered_then_closed(server: RunningServer) -> None
 
 
 def test_http_1_0_request_is_answered_and_closed(server: RunningServer) -> None:
-    with _connect(server) as sock:
+    with connect(server) as sock:
         sock.sendall(b"GET /v2/health/live HTTP/1.0\r\n\r\n")
         data = _read_until_closed(sock)
     assert data.split(b"\r\n", 1)[0] in (b"HTTP/1.1 200 OK", b"HTTP/1.0 200 OK"), data
@@ -152,7 +147,7 @@ def test_http_1_0_request_is_answered_and_closed(server: RunningServer) -> None:
 
 
 def test_malformed_request_is_answered_400_and_closed(server: RunningServer) -> None:
-    with _connect(server) as sock:
+    with connect(server) as sock:
         sock.sendall(b"NOT AN HTTP REQUEST\r\n\r\n")
         responses = read_responses(sock, 1)
         rest = _read_until_closed(sock)
@@ -165,7 +160,7 @@ def test_malformed_request_is_answered_400_and_closed(server: RunningServer) -> 
 @pytest.mark.parametrize("front_end", ["native"], indirect=True)
 def test_malformed_request_after_others_waits_for_their_answers(server: RunningServer) -> None:
     infer = json_infer("simple", "before", {"INPUT0": A, "INPUT1": B})
-    with _connect(server) as sock:
+    with connect(server) as sock:
         sock.sendall(infer + b"NOT AN HTTP REQUEST\r\n\r\n")
         responses = read_responses(sock, 2)
         rest = _read_until_closed(sock)

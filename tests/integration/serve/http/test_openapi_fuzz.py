@@ -21,7 +21,7 @@ import schemathesis
 from schemathesis.generation.modes import GenerationMode
 
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import RunningServer, serving
 
 DESCRIPTION = Path(__file__).resolve().parents[4] / "docs" / "openapi" / "kserve-v2.yaml"
 EXAMPLES = 25  # per route and mode
@@ -40,7 +40,7 @@ FLAG_ROUTES = ("/v2/health/live", "/v2/health/ready", "/ready")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp("openapi_fuzz")
     shutil.copytree(BUNDLED_REPOSITORY / "simple", root / "repository" / "simple")
-    running = start_server(
+    with serving(
         root / "repository",
         root / "server.log",
         "--model-control-mode",
@@ -49,11 +49,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         "simple",
         "--http-max-input-size",
         str(1 << 20),
-    )
-    try:
+    ) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 @schema.parametrize()
