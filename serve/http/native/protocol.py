@@ -309,10 +309,10 @@ class HttpConnection(asyncio.Protocol):
         for name, value in self._headers:
             if name == _CONTENT_LENGTH_NAME:
                 # httptools has checked it is a number (a repeated one differing is an error)
-                if int(value) > self._limits.max_input_bytes:
-                    self._refuse(413, self._limits.too_large(int(value)))
-                    return
                 body_size = int(value)
+                if body_size > self._limits.max_input_bytes:
+                    self._refuse(413, self._limits.too_large(body_size))
+                    return
             elif name == _EXPECT and not http_1_0:
                 slot.expect_continue = value.lower() == b"100-continue"
             elif name == _TRANSFER_ENCODING and b"chunked" in value.lower():
