@@ -105,11 +105,9 @@ class TrialEvaluator:
         if refused is not None:
             return refused
         try:
-            crash = self._server.restart_if_exited()  # between trials
+            self._restart_if_exited()  # between trials
         except ServerError as exc:
             return TrialOutcome.failed(str(exc))
-        if crash is not None:
-            _log.warning("%s", crash)
         began = time.perf_counter()
         try:
             self._server.load(self.config_for(candidate))
@@ -132,13 +130,18 @@ class TrialEvaluator:
         """A failed trial whose server died under it says so (and the server is started
         again for the next trial): the candidate failed, the search goes on."""
         try:
-            crash = self._server.restart_if_exited()
+            crash = self._restart_if_exited()
         except ServerError as exc:
             return TrialOutcome.failed(f"{outcome.message}; {exc}")
-        if crash is None:
-            return outcome
-        _log.warning("%s", crash)
-        return TrialOutcome.failed(f"{crash}: {outcome.message}")
+        return outcome if crash is None else TrialOutcome.failed(f"{crash}: {outcome.message}")
+
+    def _restart_if_exited(self) -> str | None:
+        """What ended the tuning server (logged; it is started again), None while it runs;
+        ServerError when it cannot be started again."""
+        crash = self._server.restart_if_exited()
+        if crash is not None:
+            _log.warning("%s", crash)
+        return crash
 
     def measure(self, context: TrialContext | None = None) -> TrialOutcome:
         """Search the highest load within the budget for the config loaded now."""
