@@ -6,6 +6,7 @@ the hook asked for, filling what the config lacks and refusing contradictions.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from serve.backends.python.process import child_env
 from serve.errors import ServeError
 
 CHILD_MODULE = "serve.backends.python.autocomplete_child"
+HOOK_NAME = "auto_complete_config"
+MODEL_CLASS = "TritonPythonModel"
 
 
 def autocomplete_python_config(
@@ -29,9 +32,47 @@ def autocomplete_python_config(
     """Apply the model's `TritonPythonModel.auto_complete_config`, if it has one, to `config`."""
     if not model_path.is_file():
         return  # loading reports the missing file
+    if not may_define_hook(model_path.read_bytes()):
+        return
     name = config.name or model_path.parent.parent.name
     recorded = _run_hook(config, model_path, name, timeout_s)
     apply_recorded(config, recorded, name)
+
+
+def may_define_hook(source: bytes) -> bool:
+    """False only when `source` surely has no auto_complete_config: the name appears nowhere
+    in it and its TritonPythonModel is a plain class of the module, bound once (no base but
+    object, no metaclass or decorator that could bring the hook). Then the helper process,
+    which imports the model (a python start and the model's own imports, about 0.25 s), is
+    skipped; anything less certain (an unparsable file, a class imported, rebound or built
+    elsewhere) still runs it."""
+    if HOOK_NAME.encode() in source:
+        return True
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return True  # the helper reports it, naming the file
+    classes = [
+        node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == MODEL_CLASS
+    ]
+    if len(classes) != 1 or _bindings(tree, MODEL_CLASS) != 1:
+        return True
+    model_class = classes[0]
+    bases_plain = all(isinstance(b, ast.Name) and b.id == "object" for b in model_class.bases)
+    return not bases_plain or bool(model_class.keywords or model_class.decorator_list)
+
+
+def _bindings(tree: ast.Module, name: str) -> int:
+    """How many times the module binds `name` anywhere (definitions, assignments, imports)."""
+    count = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            count += node.name == name
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            count += node.id == name
+        elif isinstance(node, ast.alias):
+            count += (node.asname or node.name.split(".")[0]) == name
+    return count
 
 
 def _run_hook(

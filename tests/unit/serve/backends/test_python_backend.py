@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.backends.base import BatchTimes, InstanceContext
 from serve.backends.python import PythonBackend
-from serve.backends.python.autocomplete import autocomplete_python_config
+from serve.backends.python.autocomplete import autocomplete_python_config, may_define_hook
 from serve.backends.python.instance import PythonModelInstance
 from serve.backends.python.shm import segment_prefix
 from serve.errors import ErrorKind, ServeError
@@ -714,3 +714,63 @@ def test_empty_tensors(add_sub: PythonModelInstance) -> None:
     (result,) = add_sub.execute([add_sub_request(0)], BatchTimes())
     assert isinstance(result, dict)
     assert result["OUTPUT0"].shape == (0, 4)
+
+
+def test_a_model_without_the_hook_is_not_imported_to_look_for_it(tmp_path: Path) -> None:
+    # Importing this model would fail; with no hook to run, loading is what reports it.
+    source = """
+    import a_module_that_does_not_exist
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return []
+    """
+    config_text = 'name: "auto" backend: "python"'
+    assert _autocomplete(tmp_path, source, config_text) == text_format.Parse(
+        config_text, mc.ModelConfig()
+    )
+
+
+def test_a_hook_inherited_from_another_module_still_runs(tmp_path: Path) -> None:
+    base = tmp_path / "auto" / "1" / "hooks.py"
+    base.parent.mkdir(parents=True)
+    base.write_text(
+        textwrap.dedent(
+            """
+            class WithHook:
+                @staticmethod
+                def auto_complete_config(config):
+                    config.set_max_batch_size(8)
+                    return config
+            """
+        )
+    )
+    source = """
+    from hooks import WithHook
+
+    class TritonPythonModel(WithHook):
+        def execute(self, requests):
+            return []
+    """
+    config = _autocomplete(tmp_path, source, 'name: "auto" backend: "python"')
+    assert config.max_batch_size == 8
+
+
+@pytest.mark.parametrize(
+    ("source", "may"),
+    [
+        ("class TritonPythonModel:\n    pass\n", False),
+        ("class TritonPythonModel(object):\n    pass\n", False),
+        ("class TritonPythonModel(Base):\n    pass\n", True),
+        ("@register\nclass TritonPythonModel:\n    pass\n", True),
+        ("class TritonPythonModel(metaclass=M):\n    pass\n", True),
+        ("from elsewhere import TritonPythonModel\n", True),
+        ("class TritonPythonModel:\n    pass\nTritonPythonModel = Other\n", True),
+        ("from m import Other as TritonPythonModel\nclass TritonPythonModel:\n    pass\n", True),
+        ("class TritonPythonModel:\n    def auto_complete_config(c):\n        return c\n", True),
+        ("setattr(X, 'auto_complete_config', f)\nclass TritonPythonModel:\n    pass\n", True),
+        ("class TritonPythonModel:\n  x = (\n", True),
+    ],
+)
+def test_may_define_hook_is_false_only_when_it_surely_cannot(source: str, may: bool) -> None:
+    assert may_define_hook(source.encode()) is may
