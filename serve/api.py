@@ -6,7 +6,10 @@ nothing else of serve but `serve.cli`, which the `autotune` command mounts).
 - `model_directories(repository)`, `model_names(repository)`: the model folders of a repository.
 - Configs: `read_config`, `write_config` (atomic), `config_to_text`, `config_to_json`,
   `CONFIG_FILENAME`, `backend_name`.
-- `execution_providers(config, kind)`: the onnxruntime providers a config asks for.
+- `execution_providers(config, kind, device_id, model_dir=...)`: the onnxruntime providers a
+  config asks for.
+- `detect_platform()` -> `ServingPlatform`: the CPU cores, GPUs and GPU runtimes of this
+  machine, as the server sees them when it places instances.
 - `ServeError`: what all of these raise.
 """
 
@@ -27,15 +30,18 @@ from serve.config.model_config import (
     write_config_file,
 )
 from serve.errors import ServeError
+from serve.platform import ServingPlatform, detect_platform
 from serve.repository.discovery import model_directories, prepare_config
 
 __all__ = [
     "CONFIG_FILENAME",
     "ModelDirectory",
     "ServeError",
+    "ServingPlatform",
     "backend_name",
     "config_to_json",
     "config_to_text",
+    "detect_platform",
     "execution_providers",
     "model_directories",
     "model_names",
@@ -95,9 +101,12 @@ def write_config(path: Path, config: mc.ModelConfig) -> None:
     write_config_file(path, config)
 
 
-def execution_providers(config: mc.ModelConfig, kind: str) -> tuple[list[Any], list[str]]:
+def execution_providers(
+    config: mc.ModelConfig, kind: str, device_id: int = 0, model_dir: Path | None = None
+) -> tuple[list[Any], list[str]]:
     """The onnxruntime providers (with options) a session of `config` gets on an instance of
-    `kind` (KIND_CPU, KIND_GPU), and warnings for what could not be honoured."""
+    `kind` (KIND_CPU, KIND_GPU) on GPU `device_id`, and warnings for what could not be
+    honoured; ServeError when a GPU instance needs a provider this onnxruntime lacks."""
     from serve.backends import onnxruntime  # onnxruntime is loaded only when asked for
 
-    return onnxruntime.execution_providers(config, kind)
+    return onnxruntime.execution_providers(config, kind, device_id, model_dir=model_dir)

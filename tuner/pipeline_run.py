@@ -223,7 +223,7 @@ def joint_summary(
     summary = run_summary(
         model=name,
         budget=options.budget,
-        platform=PlatformInfo(platform.cpu_count, platform.gpu),
+        platform=PlatformInfo(platform.cpu_count, platform.gpu, platform.gpu_names),
         search=result,
         variants=(),
         as_written_config="".join(

@@ -226,7 +226,7 @@ def tune_model(
     summary = run_summary(
         model=model,
         budget=options.budget,
-        platform=PlatformInfo(platform.cpu_count, platform.gpu),
+        platform=PlatformInfo(platform.cpu_count, platform.gpu, platform.gpu_names),
         search=result,
         variants=variants,
         as_written_config=config_text(model_dir, config),

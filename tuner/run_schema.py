@@ -35,18 +35,25 @@ class PlatformInfo:
     """The machine the run measured on."""
 
     cpu_count: int
-    gpu: bool = False
+    gpu: bool = False  # GPU instances were part of the search
+    gpu_names: tuple[str, ...] = ()  # the GPUs the machine has, usable or not
 
     def describe(self) -> str:
-        """E.g. '2 CPU cores, no GPU'."""
-        return f"{self.cpu_count} CPU cores, " + ("a GPU" if self.gpu else "no GPU")
+        """E.g. '2 CPU cores, no GPU' or '16 CPU cores, 1 GPU (NVIDIA H200)'."""
+        text = f"{self.cpu_count} CPU cores, "
+        if not self.gpu_names:
+            return text + ("a GPU" if self.gpu else "no GPU")
+        count = len(self.gpu_names)
+        text += f"{count} GPU{'s' if count > 1 else ''} ({', '.join(self.gpu_names)})"
+        return text if self.gpu else text + ", not usable by onnxruntime here"
 
     def to_json(self) -> dict[str, Any]:
-        return {"cpu_count": self.cpu_count, "gpu": self.gpu}
+        return {"cpu_count": self.cpu_count, "gpu": self.gpu, "gpus": list(self.gpu_names)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PlatformInfo:
-        return cls(int(data["cpu_count"]), bool(data.get("gpu")))
+        names = tuple(str(n) for n in data.get("gpus", ()))
+        return cls(int(data["cpu_count"]), bool(data.get("gpu")), names)
 
 
 @dataclass(frozen=True, slots=True)

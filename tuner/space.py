@@ -38,8 +38,7 @@ from typing import Any, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from common.cpu import usable_cpu_count
-from serve.api import backend_name
+from serve.api import ServingPlatform, backend_name, detect_platform
 from tuner.candidate import (
     DYNAMIC_BATCHING,
     INSTANCE_COUNT,
@@ -76,13 +75,15 @@ class Platform:
     cpu_count: int
     gpu: bool = False
     tensorrt: bool = False
+    gpu_names: tuple[str, ...] = ()  # as the reports name the machine
 
     @classmethod
-    def detect(
-        cls, *, gpu: bool = False, tensorrt: bool = False, cpu_count: int | None = None
-    ) -> Platform:
-        """This machine; GPU and TensorRT availability are the caller's to find out."""
-        return cls(cpu_count or usable_cpu_count(), gpu, tensorrt and gpu)
+    def detect(cls, serving: ServingPlatform | None = None) -> Platform:
+        """This machine as the server sees it (`serve.api.detect_platform()`): GPU instances
+        where onnxruntime can run on a GPU here, TensorRT precisions where it has TensorRT."""
+        here = serving if serving is not None else detect_platform()
+        names = tuple(gpu.name for gpu in here.gpus)
+        return cls(here.cpu_count, here.onnxruntime_cuda, here.onnxruntime_tensorrt, names)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.custom_metrics import CustomMetrics
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
+from serve.platform import ServingPlatform
 
 # Per-request result of a batch: every output the model produced, or an error for that request.
 RequestResult = dict[str, np.ndarray] | ServeError
@@ -152,8 +153,9 @@ class Backend(abc.ABC):
         """Instances per group when the config gives no count (Triton: 2 for ORT on CPU)."""
         return 1
 
-    def supports_gpu(self) -> bool:
-        return False
+    def gpu_unavailable_reason(self, platform: ServingPlatform) -> str | None:
+        """Why this backend cannot run an instance on a GPU of `platform`; None when it can."""
+        return f"the {self.name} backend runs on the CPU only"
 
     @abc.abstractmethod
     def create_instance(self, context: InstanceContext) -> ModelInstance:

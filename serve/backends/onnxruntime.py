@@ -9,8 +9,9 @@ fall back to the CPU with a warning when onnxruntime-gpu is not installed.
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInsta
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
 from serve.errors import ServeError
 from serve.inference import InferRequest
+from serve.platform import CUDA_PROVIDER, TENSORRT_PROVIDER, ServingPlatform
 
 log = logging.getLogger("serve.onnxruntime")
 
@@ -70,39 +72,42 @@ def session_options(config: mc.ModelConfig, source: str) -> ort.SessionOptions:
     return options
 
 
-def execution_providers(config: mc.ModelConfig, kind: str) -> tuple[list[Any], list[str]]:
-    """Providers (with options) for the session, and warnings for what could not be honoured."""
-    available = set(ort.get_available_providers())
+def execution_providers(
+    config: mc.ModelConfig,
+    kind: str,
+    device_id: int = 0,
+    available: Collection[str] | None = None,
+    model_dir: Path | None = None,
+) -> tuple[list[Any], list[str]]:
+    """Providers (with options) for the session, and warnings for what could not be honoured.
+
+    A KIND_GPU instance runs on CUDA device `device_id`, through the TensorRT provider first
+    when the config's gpu_execution_accelerator names tensorrt; a GPU instance is never moved
+    to the CPU: a provider it needs and onnxruntime lacks (`available`, default: this
+    onnxruntime's) is a ServeError. A relative trt_engine_cache_path is taken from
+    `model_dir` (the model's folder), so a repository carries its calibration tables."""
+    available = set(ort.get_available_providers() if available is None else available)
     providers: list[Any] = []
     warnings: list[str] = []
     accelerators = config.optimization.execution_accelerators
     if kind == "KIND_GPU":
+        if CUDA_PROVIDER not in available:
+            raise ServeError.unavailable(
+                f"KIND_GPU needs onnxruntime's {CUDA_PROVIDER}, which this onnxruntime lacks "
+                "(install onnxruntime-gpu in place of onnxruntime: docs/gpu.md)"
+            )
         for accel in accelerators.gpu_execution_accelerator:
-            params = dict(accel.parameters)
             if accel.name == "tensorrt":
-                if "TensorrtExecutionProvider" not in available:
-                    warnings.append("tensorrt accelerator requested but unavailable; using CPU")
-                    continue
-                precision = params.get("precision_mode", "FP32").upper()
-                trt: dict[str, Any] = {
-                    "trt_fp16_enable": precision == "FP16",
-                    "trt_int8_enable": precision == "INT8",
-                }
-                if "max_workspace_size_bytes" in params:
-                    trt["trt_max_workspace_size"] = int(params["max_workspace_size_bytes"])
-                if "trt_engine_cache_enable" in params:
-                    trt["trt_engine_cache_enable"] = params["trt_engine_cache_enable"] == "true"
-                if "trt_engine_cache_path" in params:
-                    trt["trt_engine_cache_path"] = params["trt_engine_cache_path"]
-                providers.append(("TensorrtExecutionProvider", trt))
-            elif accel.name == "cuda":
-                pass  # CUDA is added below for every GPU instance
-            else:
+                if TENSORRT_PROVIDER not in available:
+                    raise ServeError.unavailable(
+                        "gpu_execution_accelerator 'tensorrt' needs onnxruntime's "
+                        f"{TENSORRT_PROVIDER}, which this onnxruntime lacks"
+                    )
+                options = tensorrt_options(dict(accel.parameters), device_id, model_dir)
+                providers.append((TENSORRT_PROVIDER, options))
+            elif accel.name != "cuda":  # CUDA is added below for every GPU instance
                 warnings.append(f"unknown gpu_execution_accelerator '{accel.name}' ignored")
-        if "CUDAExecutionProvider" in available:
-            providers.append(("CUDAExecutionProvider", {"device_id": 0}))
-        else:
-            warnings.append("no CUDA execution provider (onnxruntime-gpu not installed); using CPU")
+        providers.append((CUDA_PROVIDER, {"device_id": device_id}))
     else:
         for accel in accelerators.gpu_execution_accelerator:
             warnings.append(
@@ -116,6 +121,68 @@ def execution_providers(config: mc.ModelConfig, kind: str) -> tuple[list[Any], l
             warnings.append(f"cpu_execution_accelerator '{accel.name}' unavailable; ignored")
     providers.append("CPUExecutionProvider")
     return providers, warnings
+
+
+def _flag(text: str) -> bool:
+    if text.lower() in ("true", "1"):
+        return True
+    if text.lower() in ("false", "0"):
+        return False
+    raise ValueError(text)
+
+
+# Triton's tensorrt accelerator parameters (onnxruntime backend) -> the TensorRT provider's.
+_TENSORRT_PARAMETERS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "max_workspace_size_bytes": ("trt_max_workspace_size", int),
+    "trt_max_partition_iterations": ("trt_max_partition_iterations", int),
+    "trt_min_subgraph_size": ("trt_min_subgraph_size", int),
+    "int8_calibration_table_name": ("trt_int8_calibration_table_name", str),
+    "int8_use_native_calibration_table": ("trt_int8_use_native_calibration_table", _flag),
+    "trt_engine_cache_enable": ("trt_engine_cache_enable", _flag),
+    "trt_engine_cache_path": ("trt_engine_cache_path", str),
+}
+
+
+def tensorrt_options(
+    parameters: dict[str, str], device_id: int, model_dir: Path | None = None
+) -> dict[str, Any]:
+    """The TensorRT provider's options for a tensorrt accelerator's `parameters`.
+
+    Engines are cached (in `default_engine_cache()` unless the parameters say otherwise):
+    building one takes seconds to minutes, and onnxruntime keys its cache files by the model,
+    the precision and the GPU, so instances and restarts reuse them. An INT8 calibration
+    table is looked up in the engine cache folder, as onnxruntime does; a relative folder is
+    taken from `model_dir` (Triton passes it on as it is: relative to the server's cwd)."""
+    precision = parameters.get("precision_mode", "FP32").upper()
+    if precision not in ("FP32", "FP16", "INT8"):
+        raise ServeError.invalid(
+            f"tensorrt precision_mode '{precision}' is not one of FP32, FP16, INT8"
+        )
+    options: dict[str, Any] = {
+        "device_id": device_id,
+        "trt_fp16_enable": precision == "FP16",
+        "trt_int8_enable": precision == "INT8",
+        "trt_engine_cache_enable": True,
+        "trt_engine_cache_path": str(default_engine_cache()),
+    }
+    for name, (option, convert) in _TENSORRT_PARAMETERS.items():
+        if name in parameters:
+            try:
+                options[option] = convert(parameters[name])
+            except ValueError:
+                raise ServeError.invalid(
+                    f"tensorrt parameter '{name}': '{parameters[name]}' is not valid"
+                ) from None
+    cache = Path(options["trt_engine_cache_path"])
+    if model_dir is not None and not cache.is_absolute():
+        options["trt_engine_cache_path"] = str(model_dir / cache)
+    return options
+
+
+def default_engine_cache() -> Path:
+    """$XDG_CACHE_HOME/autotune/tensorrt (~/.cache/autotune/tensorrt)."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "autotune" / "tensorrt"
 
 
 class OnnxRuntimeInstance(ModelInstance):
@@ -132,7 +199,9 @@ class OnnxRuntimeInstance(ModelInstance):
         ctx = self.context
         source = str(ctx.model_dir / "config.pbtxt")
         options = session_options(ctx.config, source)
-        providers, warnings = execution_providers(ctx.config, ctx.kind)
+        providers, warnings = execution_providers(
+            ctx.config, ctx.kind, ctx.device_id, model_dir=ctx.model_dir
+        )
         for message in warnings:
             log.warning("%s: %s", ctx.instance_name, message)
         try:
@@ -225,8 +294,15 @@ class OnnxRuntimeBackend(Backend):
     def default_instance_count(self, kind: str) -> int:
         return 2 if kind == "KIND_CPU" else 1
 
-    def supports_gpu(self) -> bool:
-        return "CUDAExecutionProvider" in ort.get_available_providers()
+    def gpu_unavailable_reason(self, platform: ServingPlatform) -> str | None:
+        if platform.onnxruntime_cuda:
+            return None
+        if not platform.gpus:
+            return "no GPU is visible"
+        return (
+            f"onnxruntime has no {CUDA_PROVIDER} (install onnxruntime-gpu in place of "
+            "onnxruntime: docs/gpu.md)"
+        )
 
     def create_instance(self, context: InstanceContext) -> ModelInstance:
         return OnnxRuntimeInstance(context)

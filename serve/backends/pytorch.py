@@ -29,6 +29,7 @@ from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInsta
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
 from serve.errors import ServeError
 from serve.inference import InferRequest
+from serve.platform import ServingPlatform
 
 if TYPE_CHECKING:
     import torch
@@ -241,7 +242,8 @@ def _error_text(exc: Exception) -> str:
 
 
 class PyTorchInstance(ModelInstance):
-    """One TorchScript module loaded on CPU."""
+    """One TorchScript module, on the CPU or (KIND_GPU) on its instance's CUDA device: inputs
+    are copied there and outputs back."""
 
     def __init__(self, context: InstanceContext) -> None:
         super().__init__(context)
@@ -250,6 +252,7 @@ class PyTorchInstance(ModelInstance):
         self._inputs = _InputPlan((), False, frozenset())
         self._outputs = _OutputPlan((), {}, {})
         self._batching = context.config.max_batch_size > 0
+        self._device = "cpu"
 
     def load(self) -> None:
         import torch
@@ -263,8 +266,10 @@ class PyTorchInstance(ModelInstance):
                 f"model '{ctx.model_name}': TorchScript file '{path}' not found"
             )
         _apply_thread_counts(self._options)
+        if ctx.kind == "KIND_GPU":
+            self._device = f"cuda:{ctx.device_id}"
         try:
-            module = torch.jit.load(str(path), map_location="cpu")
+            module = torch.jit.load(str(path), map_location=self._device)
         except Exception as exc:
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ServeError.unavailable(
@@ -314,6 +319,8 @@ class PyTorchInstance(ModelInstance):
         try:
             arrays = concat_inputs(batch) if len(batch) > 1 else batch[0].inputs
             tensors = {name: _to_tensor(arrays[name]) for name in present}
+            if self._device != "cpu":
+                tensors = {name: t.to(self._device) for name, t in tensors.items()}
         except Exception as exc:
             error = ServeError.internal(f"model '{model}': cannot prepare inputs: {exc}")
             return [error] * len(batch)
@@ -434,6 +441,15 @@ class PyTorchBackend(Backend):
                 f"pytorch models need 'input' and 'output' in config.pbtxt; model "
                 f"'{config.name}' declares no {absent}"
             )
+
+    def gpu_unavailable_reason(self, platform: ServingPlatform) -> str | None:
+        if not platform.gpus:
+            return "no GPU is visible"
+        import torch
+
+        if not torch.cuda.is_available():
+            return f"torch {torch.__version__} here cannot use CUDA (a CPU build of torch?)"
+        return None
 
     def create_instance(self, context: InstanceContext) -> ModelInstance:
         return PyTorchInstance(context)

@@ -11,6 +11,8 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from common.gpu import import_nvml
+
 log = logging.getLogger("serve.metrics")
 
 
@@ -99,9 +101,8 @@ class GpuCollector:
 
 def open_gpu_collector() -> GpuCollector | None:
     """A collector over the GPUs NVML finds, or None: no nvidia-ml-py, no driver, no GPU."""
-    try:
-        import pynvml
-    except ImportError:
+    pynvml = import_nvml()
+    if pynvml is None:
         return None
     try:
         pynvml.nvmlInit()

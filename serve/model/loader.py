@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from serve.errors import ServeError
 from serve.model.classification import read_labels
 from serve.model.model_version import ModelVersion
 from serve.model.warmup import run_warmup
+from serve.platform import ServingPlatform, detect_platform
 from serve.scheduler.base import Scheduler
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
@@ -34,31 +36,48 @@ class PlannedInstance:
     device_id: int
 
 
-def plan_instances(config: mc.ModelConfig, backend: Backend) -> list[PlannedInstance]:
-    """The instances the config asks for; GPU kinds fall back to the CPU when there is none."""
-    gpu = backend.supports_gpu()
+def plan_instances(
+    config: mc.ModelConfig,
+    backend: Backend,
+    platform: Callable[[], ServingPlatform] = detect_platform,
+) -> list[PlannedInstance]:
+    """The instances the config asks for, as Triton places them: a KIND_GPU group puts
+    `count` instances on each GPU it lists (every visible GPU when it lists none); KIND_AUTO
+    is KIND_GPU where the backend can use a GPU here, else KIND_CPU. A KIND_GPU group that
+    cannot have its GPUs fails the load, naming the group: it is never run on the CPU instead.
+    `platform` is asked only when a group is not KIND_CPU."""
     groups = list(config.instance_group) or [mc.ModelInstanceGroup()]
     planned: list[PlannedInstance] = []
     for index, group in enumerate(groups):
         group_name = group.name or (config.name if len(groups) == 1 else f"{config.name}_{index}")
         kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
-        if kind in ("KIND_AUTO", "KIND_GPU") and not gpu:
+        devices: list[int] = [0]
+        if kind in ("KIND_GPU", "KIND_AUTO"):
+            here = platform()
+            reason = backend.gpu_unavailable_reason(here)
+            where = f"{config.name}: instance_group[{index}]"
+            if reason is not None and kind == "KIND_GPU":
+                raise ServeError.unavailable(f"{where} is KIND_GPU but {reason}")
+            kind = "KIND_CPU" if reason is not None else "KIND_GPU"
             if kind == "KIND_GPU":
-                log.warning(
-                    "%s: instance_group[%d] asks for KIND_GPU but no GPU runtime is available; "
-                    "running on the CPU",
-                    config.name,
-                    index,
-                )
-            kind = "KIND_CPU"
-        elif kind == "KIND_AUTO":
-            kind = "KIND_GPU"
+                devices = _group_devices(group, here.gpu_ids, where)
         count = group.count or backend.default_instance_count(kind)
-        devices = list(group.gpus) or [0]
-        for i in range(count):
-            device = devices[i % len(devices)] if kind == "KIND_GPU" else 0
-            planned.append(PlannedInstance(f"{group_name}_{i}", kind, device))
+        for device in devices:
+            for i in range(count):
+                number = len(planned) if len(devices) > 1 else i
+                planned.append(PlannedInstance(f"{group_name}_{number}", kind, device))
     return planned
+
+
+def _group_devices(group: mc.ModelInstanceGroup, visible: Sequence[int], where: str) -> list[int]:
+    listed = list(group.gpus)
+    missing = [gpu for gpu in listed if gpu not in visible]
+    if missing:
+        raise ServeError.invalid(
+            f"{where}.gpus lists {missing}, which this machine does not have "
+            f"(GPUs visible: {list(visible) or 'none'})"
+        )
+    return listed or list(visible)
 
 
 def model_file(config: mc.ModelConfig, model_dir: Path, version: int, backend: Backend) -> Path:

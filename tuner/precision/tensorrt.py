@@ -10,18 +10,18 @@ TensorRT then runs with explicit quantization.
 
 from __future__ import annotations
 
-import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serve.api import detect_platform
 from tuner.precision.errors import PrecisionError
 
-TENSORRT_PROVIDER = "TensorrtExecutionProvider"
 TENSORRT_PRECISIONS = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8"}
 
 
 def tensorrt_available() -> bool:
-    """Whether onnxruntime here has the TensorRT execution provider (onnxruntime-gpu)."""
-    return TENSORRT_PROVIDER in ort.get_available_providers()
+    """Whether the server can run TensorRT here: a GPU, and onnxruntime-gpu with its TensorRT
+    execution provider."""
+    return detect_platform().onnxruntime_tensorrt
 
 
 def with_tensorrt_precision(config: mc.ModelConfig, precision: str) -> mc.ModelConfig:

@@ -186,8 +186,8 @@ def _tensorrt(precision: str, context: _Context, reference: Outputs) -> Precisio
     if not tensorrt_available():
         return _failed(
             precision,
-            "TensorRT is not available: onnxruntime here has no TensorrtExecutionProvider"
-            " (it needs a GPU and the gpu extra)",
+            "TensorRT is not available: it needs a GPU and onnxruntime-gpu with its "
+            "TensorrtExecutionProvider (docs/gpu.md)",
         )
     mode = TENSORRT_VARIANTS[precision]
     # The providers the server derives from the changed config, so the check runs what is served.

@@ -9,6 +9,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.backends.base import Backend, InstanceContext, ModelInstance
 from serve.backends.python.autocomplete import autocomplete_python_config
 from serve.backends.python.instance import PythonModelInstance
+from serve.platform import ServingPlatform
 
 
 class PythonBackend(Backend):
@@ -17,6 +18,10 @@ class PythonBackend(Backend):
 
     def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:
         autocomplete_python_config(config, model_path)
+
+    def gpu_unavailable_reason(self, platform: ServingPlatform) -> str | None:
+        # As in Triton: the model itself uses the GPU it is given (model_instance_device_id).
+        return None if platform.gpus else "no GPU is visible"
 
     def create_instance(self, context: InstanceContext) -> ModelInstance:
         return PythonModelInstance(context)

@@ -251,7 +251,7 @@ class PythonModelInstance(ModelInstance):
             "model_config": json_format.MessageToJson(
                 context.config, preserving_proto_field_name=True
             ),
-            "model_instance_kind": "CPU",
+            "model_instance_kind": context.kind.removeprefix("KIND_"),
             "model_instance_name": context.instance_name,
             "model_instance_device_id": str(context.device_id),
             "model_repository": str(context.model_dir),

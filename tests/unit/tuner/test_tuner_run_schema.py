@@ -161,3 +161,16 @@ def test_one_renderer_prints_the_summary() -> None:
     text = console.export_text()
     assert "no configuration of 'digits' meets p95 <= 20 ms" in text
     assert "the lowest latency reached was 18.00 ms; nothing was written" in text
+
+
+def test_platform_names_its_gpus_and_whether_they_were_usable() -> None:
+    assert PlatformInfo(2).describe() == "2 CPU cores, no GPU"
+    h200 = PlatformInfo(16, gpu=True, gpu_names=("NVIDIA H200",))
+    assert h200.describe() == "16 CPU cores, 1 GPU (NVIDIA H200)"
+    unusable = PlatformInfo(16, gpu=False, gpu_names=("NVIDIA L4", "NVIDIA L4"))
+    assert unusable.describe() == (
+        "16 CPU cores, 2 GPUs (NVIDIA L4, NVIDIA L4), not usable by onnxruntime here"
+    )
+    for info in (PlatformInfo(2), h200, unusable):
+        assert PlatformInfo.from_json(info.to_json()) == info
+    assert PlatformInfo.from_json({"cpu_count": 2, "gpu": False}) == PlatformInfo(2)  # older files

@@ -11,6 +11,8 @@ import pytest
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
+from common.gpu import GpuDevice
+from serve.api import ServingPlatform
 from serve.config.model_config import parse_config_text, read_config_file
 from serve.config.validate import validate_config
 from tests.conftest import BUNDLED_REPOSITORY
@@ -409,6 +411,18 @@ def test_optuna_only_ever_proposes_grid_points() -> None:
     assert len(seen) > 150  # the conditional branches are all reached
 
 
-def test_platform_detects_cores() -> None:
+def _serving(gpus: int, providers: tuple[str, ...]) -> ServingPlatform:
+    devices = tuple(GpuDevice(i, "NVIDIA H200", f"GPU-{i}", 2**37) for i in range(gpus))
+    return ServingPlatform(3, devices, providers, ("onnxruntime-gpu",), None)
+
+
+def test_platform_is_what_the_server_can_run_on() -> None:
     assert Platform.detect().cpu_count >= 1
-    assert Platform.detect(cpu_count=3, tensorrt=True) == Platform(3, gpu=False, tensorrt=False)
+    both = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+    h200 = ("NVIDIA H200",)
+    assert Platform.detect(_serving(1, both)) == Platform(3, True, True, h200)
+    # onnxruntime-gpu without a GPU, and a GPU without onnxruntime-gpu: CPU instances only.
+    assert Platform.detect(_serving(0, both)) == Platform(3, False, False)
+    cpu_only = ("CPUExecutionProvider",)
+    assert Platform.detect(_serving(2, cpu_only)) == Platform(3, False, False, h200 * 2)
+    assert Platform.detect(_serving(1, both[1:])) == Platform(3, True, False, h200)

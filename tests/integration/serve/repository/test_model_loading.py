@@ -126,14 +126,20 @@ def test_version_policies(tmp_path: Path) -> None:
         stop_server(server)
 
 
-def test_missing_config_is_auto_completed_and_gpu_kind_falls_back_to_cpu(tmp_path: Path) -> None:
+def test_missing_config_is_auto_completed_and_gpu_kind_is_never_run_on_the_cpu(
+    tmp_path: Path,
+) -> None:
     repository = tmp_path / "repository"
     (repository / "bare" / "1").mkdir(parents=True)
     shutil.copy(BUNDLED_REPOSITORY / "digits" / "1" / "model.onnx", repository / "bare" / "1")
     _copy_simple(repository / "gpu", [1], "")
+    _copy_simple(repository / "auto", [1], "")
     config = (repository / "gpu" / "config.pbtxt").read_text()
     (repository / "gpu" / "config.pbtxt").write_text(config.replace("KIND_CPU", "KIND_GPU"))
-    server = _server(tmp_path, repository)
+    auto = (repository / "auto" / "config.pbtxt").read_text()
+    (repository / "auto" / "config.pbtxt").write_text(auto.replace("KIND_CPU", "KIND_AUTO"))
+    # This machine has no GPU: the KIND_GPU model fails to load, naming its instance group.
+    server = _server(tmp_path, repository, "--strict-readiness", "false")
     try:
         client = httpclient.InferenceServerClient(server.url)
         bare = client.get_model_config("bare")
@@ -144,9 +150,14 @@ def test_missing_config_is_auto_completed_and_gpu_kind_falls_back_to_cpu(tmp_pat
         tensor = httpclient.InferInput("input", [2, 1, 8, 8], "FP32")
         tensor.set_data_from_numpy(images)
         assert client.infer("bare", [tensor]).as_numpy("logits").shape == (2, 10)
+        index = {e["name"]: e for e in client.get_model_repository_index()}
+        assert index["gpu"]["state"] == "UNAVAILABLE"
+        assert "gpu: instance_group[0] is KIND_GPU but" in index["gpu"]["reason"]
         response = httpx.post(f"{server.base}/v2/models/gpu/infer", json=_simple_request(1))
-        assert response.status_code == 200
-        assert "KIND_GPU but no GPU" in server.log()
+        assert response.status_code != 200
+        # KIND_AUTO is the CPU where the backend cannot use a GPU.
+        response = httpx.post(f"{server.base}/v2/models/auto/infer", json=_simple_request(1))
+        assert response.status_code == 200, index["auto"]
     finally:
         stop_server(server)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import onnxruntime as ort
 import pytest
 from google.protobuf import text_format
@@ -50,20 +52,55 @@ def test_bad_thread_count_names_the_parameter() -> None:
         session_options(config, "c")
 
 
-def test_gpu_accelerators_fall_back_to_cpu_with_warnings() -> None:
-    config = _config("""
+TENSORRT_FP16 = """
 optimization { execution_accelerators { gpu_execution_accelerator [
-  { name: "tensorrt" parameters { key: "precision_mode" value: "FP16" } }
+  { name: "tensorrt" parameters [
+    { key: "precision_mode" value: "FP16" },
+    { key: "max_workspace_size_bytes" value: "1073741824" },
+    { key: "trt_engine_cache_path" value: "engines" }
+  ] }
 ] } }
-""")
-    available = ort.get_available_providers()
-    providers, warnings = execution_providers(config, "KIND_GPU")
-    assert providers[-1] == "CPUExecutionProvider"
-    if "TensorrtExecutionProvider" not in available:
-        assert any("tensorrt" in w for w in warnings)
-    if "CUDAExecutionProvider" not in available:
-        assert any("CUDA" in w for w in warnings)
-    _, cpu_warnings = execution_providers(config, "KIND_CPU")
+"""
+GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+def test_a_gpu_instance_runs_tensorrt_then_cuda_on_its_device(tmp_path: Path) -> None:
+    providers, warnings = execution_providers(
+        _config(TENSORRT_FP16), "KIND_GPU", 1, GPU_PROVIDERS, model_dir=tmp_path
+    )
+    assert warnings == []
+    (trt_name, trt), (cuda_name, cuda), cpu = providers
+    assert (trt_name, cuda_name, cpu) == GPU_PROVIDERS
+    assert trt["device_id"] == 1 and cuda == {"device_id": 1}
+    assert trt["trt_fp16_enable"] is True and trt["trt_int8_enable"] is False
+    assert trt["trt_max_workspace_size"] == 2**30
+    # Engines are cached; a relative cache folder is the model's.
+    assert trt["trt_engine_cache_enable"] is True
+    assert trt["trt_engine_cache_path"] == str(tmp_path / "engines")
+
+
+def test_a_gpu_instance_is_never_moved_to_the_cpu() -> None:
+    cpu_only = ("CPUExecutionProvider",)
+    with pytest.raises(ServeError, match=r"CUDAExecutionProvider.*onnxruntime-gpu"):
+        execution_providers(_config(""), "KIND_GPU", 0, cpu_only)
+    cuda_only = GPU_PROVIDERS[1:]
+    with pytest.raises(
+        ServeError, match="'tensorrt' needs onnxruntime's TensorrtExecutionProvider"
+    ):
+        execution_providers(_config(TENSORRT_FP16), "KIND_GPU", 0, cuda_only)
+
+
+def test_tensorrt_parameters_are_checked_by_name() -> None:
+    bad_mode = TENSORRT_FP16.replace('"FP16"', '"INT4"')
+    with pytest.raises(ServeError, match="precision_mode 'INT4'"):
+        execution_providers(_config(bad_mode), "KIND_GPU", 0, GPU_PROVIDERS)
+    bad_size = TENSORRT_FP16.replace('"1073741824"', '"1 GiB"')
+    with pytest.raises(ServeError, match="max_workspace_size_bytes"):
+        execution_providers(_config(bad_size), "KIND_GPU", 0, GPU_PROVIDERS)
+
+
+def test_gpu_accelerators_on_a_cpu_instance_are_ignored_with_a_warning() -> None:
+    _, cpu_warnings = execution_providers(_config(TENSORRT_FP16), "KIND_CPU")
     assert cpu_warnings == [
         "gpu_execution_accelerator 'tensorrt' ignored: the instance runs on the CPU"
     ]
