@@ -7,6 +7,7 @@ answers "nothing" instead of failing, so CPU-only paths never need the package.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value  # older bindings gave bytes
 
 
+@functools.cache
 def import_nvml() -> Any | None:
-    """The `pynvml` module, or None when nvidia-ml-py is not installed."""
+    """The `pynvml` module, or None when nvidia-ml-py is not installed (tried once)."""
     try:
         import pynvml
     except ImportError:

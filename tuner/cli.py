@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from tuner.cli_params import LATENCY, WALL_CLOCK
+from tuner.cli_params import LATENCY, SIZE, WALL_CLOCK
 from tuner.defaults import (
     DEFAULT_MAX_BATCH_SIZE_CAP,
     DEFAULT_MEASUREMENT_INTERVAL_MS,
@@ -125,6 +125,13 @@ class _LazyGroup(click.Group):
     "--min-throughput",
     type=click.FloatRange(min=0, min_open=True),
     help="Also require at least this many inferences/s.",
+)
+@click.option(
+    "--max-gpu-memory",
+    "max_gpu_memory",
+    type=SIZE,
+    help="Also require the server to hold at most this much GPU memory at a trial's load "
+    "(e.g. 8GiB; needs a GPU).",
 )
 @click.option(
     "-m", "--model", "models", multiple=True, help="Model to tune (repeatable; default: all)."
@@ -250,6 +257,7 @@ def main(
     latency_p99: Duration | None,
     latency_p90: Duration | None,
     min_throughput: float | None,
+    max_gpu_memory: int | None,
     models: tuple[str, ...],
     traffic_mix: TrafficMix | None,
     model_repository: Path,
@@ -296,6 +304,11 @@ def main(
     from tuner.run import TuneOptions
     from tuner.tune_command import run_tuning
 
+    if max_gpu_memory is not None:
+        from serve.api import detect_platform
+
+        if not detect_platform().gpus:
+            raise click.UsageError("--max-gpu-memory needs a GPU, and NVML finds none here")
     options = TuneOptions(
         repository=model_repository,
         budget=LatencyBudget(percentile, limit),
@@ -312,6 +325,7 @@ def main(
         seed=seed,
         patience=patience,
         min_throughput=min_throughput,
+        max_gpu_memory_bytes=max_gpu_memory,
         dry_run=dry_run,
         output_repository=output_repository,
         report_dir=report_dir,

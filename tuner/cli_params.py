@@ -1,8 +1,10 @@
-"""The tuner CLI's duration flags: latency budgets ("500us", "10ms", "1.5s") and wall-clock
+"""The tuner CLI's typed flags: latency budgets ("500us", "10ms", "1.5s") and wall-clock
 budgets ("90s", "10m", "1.5h"; a bare number is seconds), both given to the command as a
-`tuner.duration.Duration`."""
+`tuner.duration.Duration`; memory sizes ("8GiB", "512MiB", "2GB"; a bare number is bytes)."""
 
 from __future__ import annotations
+
+import re
 
 import click
 
@@ -32,3 +34,49 @@ class DurationParam(click.ParamType):
 
 LATENCY = DurationParam("latency")
 WALL_CLOCK = DurationParam("wall_clock")
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "8GiB", "512 MiB", "2GB", "1073741824"; ValueError naming the units."""
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _SIZE_UNITS:
+        raise ValueError(
+            f"'{text}' is not a size: a number and one of B, KB, MB, GB, KiB, MiB, GiB"
+        )
+    size = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"'{text}' is not a size above 0")
+    return size
+
+
+class SizeParam(click.ParamType):
+    """A memory size flag, converted to bytes."""
+
+    name = "size"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = SizeParam()

@@ -27,12 +27,13 @@ from analyzer.api import (
     find_max_load,
     operating_point,
 )
+from common.gpu import process_gpu_memory_bytes
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, config_precision
 from tuner.defaults import DEFAULT_MEASUREMENT_INTERVAL_MS
 from tuner.precision import PrecisionVariant
 from tuner.precision.validation import RANDOM_VARIABLE_DIM
-from tuner.search_types import TrialContext, TrialOutcome
+from tuner.search_types import GPU_MEMORY_METRIC, TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer
 
 _log = logging.getLogger(__name__)
@@ -216,7 +217,17 @@ def measure_with_steps(
         )
     except AnalyzerError as exc:
         return TrialOutcome.failed(f"measurement failed: {exc}"), None, []
-    return (*trial_outcome(result, budget), result.steps)
+    outcome, measurement = trial_outcome(result, budget)
+    return with_gpu_memory(outcome, server), measurement, result.steps
+
+
+def with_gpu_memory(outcome: TrialOutcome, server: TuningServer) -> TrialOutcome:
+    """`outcome` with the GPU memory the server's processes hold now, after its load search
+    (the sessions, engines and buffers the config made), where there is a GPU to ask."""
+    used = process_gpu_memory_bytes(server.process_ids())
+    if used is None:
+        return outcome
+    return replace(outcome, metrics={**outcome.metrics, GPU_MEMORY_METRIC: float(used)})
 
 
 def pruning_reporter(

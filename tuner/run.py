@@ -57,6 +57,7 @@ class TuneOptions:
     seed: int = 0
     patience: int | None = None  # stop when the best has not moved over this many trials
     min_throughput: float | None = None
+    max_gpu_memory_bytes: int | None = None  # a constraint; only on a machine with a GPU
     dry_run: bool = False
     output_repository: Path | None = None
     report_dir: Path = Path("reports")
@@ -117,6 +118,7 @@ def search_settings(
         time_budget=time_budget,
         seed=options.seed,
         min_throughput=options.min_throughput,
+        max_gpu_memory_bytes=options.max_gpu_memory_bytes,
         fingerprint=fingerprint,
     )
 

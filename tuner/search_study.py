@@ -152,6 +152,8 @@ def objective_of(settings: SearchSettings) -> dict[str, str]:
     objective = {"latency": settings.budget.describe(), "limit_us": f"{settings.budget.limit_us:g}"}
     if settings.min_throughput is not None:
         objective["min_throughput"] = f"{settings.min_throughput:g}"
+    if settings.max_gpu_memory_bytes is not None:
+        objective["max_gpu_memory_bytes"] = str(settings.max_gpu_memory_bytes)
     return objective | dict(settings.fingerprint)
 
 

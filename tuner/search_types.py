@@ -15,6 +15,9 @@ from tuner.errors import TunerError
 OutcomeStatus = Literal["ok", "failed", "pruned"]
 TrialStateName = Literal["COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING"]
 ProgressKind = Literal["start", "trial_start", "trial_end", "end"]
+# The outcome metric holding the GPU memory the server's processes held after the trial's
+# load search (bytes; absent without a GPU).
+GPU_MEMORY_METRIC = "gpu_memory_bytes"
 
 
 class SearchError(TunerError):
@@ -111,6 +114,8 @@ class SearchSettings:
     seed: int | None = 0
     load_if_exists: bool = True
     min_throughput: float | None = None
+    # The GPU memory the server may hold (its processes, every GPU) at the trial's load.
+    max_gpu_memory_bytes: int | None = None
     n_startup_trials: int | None = None  # TPE's random start; None: from n_trials
     stale_after_s: float = 120.0  # a RUNNING trial with no heartbeat this long is dead
     claim_within_s: float = 5.0  # a RUNNING trial no worker claimed this long after its ask
@@ -128,6 +133,8 @@ class SearchSettings:
             raise ValueError(f"n_trials must be >= 1, got {self.n_trials}")
         if self.time_budget is not None and self.time_budget.us <= 0:
             raise ValueError(f"time_budget must be > 0, got {self.time_budget}")
+        if self.max_gpu_memory_bytes is not None and self.max_gpu_memory_bytes <= 0:
+            raise ValueError(f"max_gpu_memory_bytes must be > 0, got {self.max_gpu_memory_bytes}")
         if self.min_throughput is not None and self.min_throughput <= 0:
             raise ValueError(f"min_throughput must be > 0, got {self.min_throughput}")
         if self.patience is not None and self.patience < 1:
@@ -139,7 +146,9 @@ class SearchSettings:
 
     def constraints(self, outcome: TrialOutcome) -> dict[str, float]:
         """Optuna constraint values (<= 0 feasible), relative to the limits so that they add
-        up sensibly: latency / limit - 1, 1 - throughput / min_throughput, accuracy 0 or 1."""
+        up sensibly: latency / limit - 1, 1 - throughput / min_throughput, accuracy 0 or 1,
+        GPU memory used / max_gpu_memory_bytes - 1 (a trial with no GPU memory figure, one
+        that never loaded, is not held against the limit)."""
         latency = outcome.latency_us if outcome.latency_us is not None else math.inf
         values = {
             "latency": min(latency / self.budget.limit_us - 1.0, 1e6),
@@ -147,6 +156,9 @@ class SearchSettings:
         }
         if self.min_throughput is not None:
             values["throughput"] = 1.0 - outcome.throughput / self.min_throughput
+        if self.max_gpu_memory_bytes is not None:
+            used = outcome.metrics.get(GPU_MEMORY_METRIC, 0.0)
+            values["gpu_memory"] = used / self.max_gpu_memory_bytes - 1.0
         return values
 
     def feasible(self, outcome: TrialOutcome) -> bool:

@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import psutil
 from tritonclient.grpc import model_config_pb2 as mc
 
 from common.serve_process import (
@@ -112,6 +113,18 @@ class TuningServer:
                 reason += f" (its log: {self._failure_log})"
             self.stop()
             raise ServerError(f"the tuning server did not start: {reason}") from None
+
+    def process_ids(self) -> set[int]:
+        """The server's process and its descendants (python models' stubs); empty when it is
+        not running."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            return set()
+        try:
+            children = psutil.Process(process.pid).children(recursive=True)
+        except psutil.Error:
+            return {process.pid}
+        return {process.pid, *(child.pid for child in children)}
 
     def restart_if_exited(self) -> str | None:
         """When the server process has exited (killed, out of memory, a crash), start it again
