@@ -46,6 +46,10 @@ _ORDER = {name: i for i, name in enumerate(_SHORT)}
 
 FILE_PRECISIONS = ("fp16", "int8")  # precisions that are a model file of their own
 TRT_PRECISIONS = {"trt_fp16": "FP16", "trt_int8": "INT8"}
+# trt_int8's calibration table, inside the model's folder (a relative engine cache path is the
+# model folder's: the tuner places the table there, in its scratch copy and at write-back).
+TRT_TABLE_FOLDER = "tensorrt"
+TRT_TABLE_NAME = "calibration.flatbuffers"
 PRECISIONS = ("fp32", *FILE_PRECISIONS, *TRT_PRECISIONS)
 KINDS = {"KIND_CPU": mc.ModelInstanceGroup.KIND_CPU, "KIND_GPU": mc.ModelInstanceGroup.KIND_GPU}
 
@@ -241,16 +245,23 @@ def _apply_precision(config: mc.ModelConfig, precision: str) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
     accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
-    kept = [accel for accel in accelerators if accel.name != "tensorrt"]
-    if len(kept) != len(accelerators):
+    existing = next((a for a in accelerators if a.name == "tensorrt"), None)
+    if precision in TRT_PRECISIONS:
+        # The config's own tensorrt entry keeps its other parameters (workspace size...).
+        accel = existing if existing is not None else accelerators.add(name="tensorrt")
+        accel.parameters["precision_mode"] = TRT_PRECISIONS[precision]
+        if precision == "trt_int8":
+            accel.parameters["int8_calibration_table_name"] = TRT_TABLE_NAME
+            accel.parameters["trt_engine_cache_path"] = TRT_TABLE_FOLDER
+        elif accel.parameters.get("int8_calibration_table_name") == TRT_TABLE_NAME:
+            del accel.parameters["int8_calibration_table_name"]
+    elif existing is not None:
+        kept = [a for a in accelerators if a.name != "tensorrt"]
         copies = [mc.ModelOptimizationPolicy.ExecutionAccelerators.Accelerator() for _ in kept]
         for copy, accel in zip(copies, kept, strict=True):
             copy.CopyFrom(accel)
         del accelerators[:]
         accelerators.extend(copies)
-    if precision in TRT_PRECISIONS:
-        accel = accelerators.add(name="tensorrt")
-        accel.parameters["precision_mode"] = TRT_PRECISIONS[precision]
     current = config.default_model_filename or "model.onnx"
     filename = variant_filename(current, precision)
     if filename != current:

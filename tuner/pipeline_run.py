@@ -277,6 +277,8 @@ def add_variants(server: TuningServer, steps: Sequence[StepSetup]) -> None:
             filename = variant_filename(step.model_path.name, variant.precision)
             for version in step.opened.versions:
                 server.add_variant(version, filename, variant.model_path, step.model)
+            for relative, source in variant.model_folder_files().items():
+                server.add_file(relative, source, step.model)
 
 
 def _pipeline_fingerprint(
@@ -362,7 +364,11 @@ def _write(
         variant_file = variant.model_path if variant is not None else None
         writes.append(
             ModelWrite(
-                target_dirs[step.model], tuned[step.model], step.opened.versions, variant_file
+                target_dirs[step.model],
+                tuned[step.model],
+                step.opened.versions,
+                variant_file,
+                variant.model_folder_files() if variant is not None else {},
             )
         )
     done = write_back_all(writes)

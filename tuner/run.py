@@ -207,6 +207,8 @@ def tune_model(
                     filename = variant_filename(path.name, variant.precision)
                     for version in versions:
                         server.add_variant(version, filename, variant.model_path)
+                for relative, placed in variant.model_folder_files().items():
+                    server.add_file(relative, placed)
             evaluation = options.evaluation.for_model(config)
             evaluator = TrialEvaluator(config, server, by_precision, options.budget, evaluation)
             hooks.note(f"{model}: {space.size} candidates in the search space")
@@ -256,6 +258,7 @@ def tune_model(
                 tuned,
                 versions,
                 chosen.model_path if chosen is not None else None,
+                chosen.model_folder_files() if chosen is not None else {},
             )
             files = WrittenFiles(
                 config=str(written.config_path),

@@ -97,6 +97,15 @@ class TuningServer:
             link.unlink()
         link.symlink_to(path.resolve())
 
+    def add_file(self, relative: str, path: Path, model: str | None = None) -> None:
+        """Make `path` appear as `relative` inside the folder of `model` (default: the measured
+        one), e.g. trt_int8's calibration table."""
+        link = self.repository / (model or self.model_name) / relative
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(path.resolve())
+
     def start(self) -> None:
         try:
             self._process, self.url = start_serve_process(

@@ -1,7 +1,8 @@
 """Writing the best configuration back into a model repository, atomically.
 
 Order matters for a reader who looks at any moment (or a run killed at any moment): the
-precision variant's model file is placed first (under a new name, beside the original), then
+precision variant's model file (and any file its config expects in the model's folder, such as
+trt_int8's calibration table) is placed first (under a new name, beside the original), then
 the previous config.pbtxt is kept as config.pbtxt.bak, then the new config.pbtxt replaces the
 old one in one rename. The repository therefore always holds the old config or the new one,
 each pointing at a file that exists.
@@ -18,8 +19,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -53,6 +54,9 @@ class ModelWrite:
     config: mc.ModelConfig
     versions: list[int]
     variant_file: Path | None = None
+    # Files the config expects inside the model's folder (relative path -> source), e.g.
+    # trt_int8's calibration table.
+    folder_files: Mapping[str, Path] = field(default_factory=dict)
 
 
 def write_back(
@@ -60,12 +64,15 @@ def write_back(
     config: mc.ModelConfig,
     versions: list[int],
     variant_file: Path | None,
+    folder_files: Mapping[str, Path] | None = None,
 ) -> WriteBack:
     """Write `config` as `model_dir/config.pbtxt`, keeping the old one as config.pbtxt.bak.
 
     `variant_file`, when given, is copied into each served version folder under the name the
-    config's `default_model_filename` gives, before the config is written."""
-    return write_back_all([ModelWrite(model_dir, config, versions, variant_file)])[0]
+    config's `default_model_filename` gives, and `folder_files` into the model's folder,
+    before the config is written."""
+    write = ModelWrite(model_dir, config, versions, variant_file, dict(folder_files or {}))
+    return write_back_all([write])[0]
 
 
 def write_back_all(writes: Sequence[ModelWrite], *, rename: Rename = os.replace) -> list[WriteBack]:
@@ -107,16 +114,31 @@ def write_back_all(writes: Sequence[ModelWrite], *, rename: Rename = os.replace)
 
 
 def _place_variant(write: ModelWrite, created: list[Path]) -> list[Path]:
+    targets = _place_folder_files(write, created)
     if write.variant_file is None:
-        return []
+        return targets
     filename = write.config.default_model_filename
     if not filename:
         raise ValueError("a precision variant needs config.default_model_filename")
-    targets = []
     for version in write.versions:
         target = write.model_dir / str(version) / filename
         existed = target.exists()
         copy_atomic(write.variant_file, target)
+        if not existed:
+            created.append(target)
+        targets.append(target)
+    return targets
+
+
+def _place_folder_files(write: ModelWrite, created: list[Path]) -> list[Path]:
+    targets = []
+    for relative, source in write.folder_files.items():
+        target = write.model_dir / relative
+        if not target.resolve().is_relative_to(write.model_dir.resolve()):
+            raise ValueError(f"{relative} is not inside {write.model_dir}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        existed = target.exists()
+        copy_atomic(source, target)
         if not existed:
             created.append(target)
         targets.append(target)

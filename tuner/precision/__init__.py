@@ -8,7 +8,7 @@ from tuner.precision.cache import DEFAULT_CACHE_DIR, VariantCache, VariantKey, m
 from tuner.precision.errors import PrecisionError
 from tuner.precision.graph import GraphSummary, Int8Method, choose_int8_method, summarize
 from tuner.precision.metrics import Metric, OutputSpec, choose_metric
-from tuner.precision.tensorrt import tensorrt_available, with_tensorrt_precision
+from tuner.precision.tensorrt import tensorrt_available
 from tuner.precision.validation import ValidationSet, load_validation_inputs
 from tuner.precision.variants import (
     DEFAULT_VALIDATION_COUNT,
@@ -45,5 +45,4 @@ __all__ = [
     "run_outputs",
     "summarize",
     "tensorrt_available",
-    "with_tensorrt_precision",
 ]

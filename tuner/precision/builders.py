@@ -34,7 +34,9 @@ DYNAMIC_METHOD = "int8 dynamic, per-channel S8 weights"
 FP16_METHOD = "float16 weights and compute, FP32 inputs/outputs"
 
 
-class _FeedReader(CalibrationDataReader):
+class FeedReader(CalibrationDataReader):
+    """Calibration inputs as onnxruntime's calibrators read them."""
+
     def __init__(self, feeds: Sequence[Feed]) -> None:
         self._feeds = iter(feeds)
 
@@ -55,7 +57,7 @@ def build_int8_static(source: Path, target: Path, calibration: Sequence[Feed]) -
     quantize_static(
         str(_preprocess(source, target)),
         str(target),
-        _FeedReader(calibration),
+        FeedReader(calibration),
         quant_format=QuantFormat.QDQ,
         per_channel=True,
         activation_type=QuantType.QUInt8,

@@ -88,16 +88,18 @@ class VariantCache:
     def __init__(self, root: Path = DEFAULT_CACHE_DIR) -> None:
         self.root = Path(root)
 
-    def path_for(self, key: VariantKey) -> Path:
-        return self.root / key.source_sha256 / f"{key.precision}-{key.digest()[:16]}.onnx"
+    def path_for(self, key: VariantKey, suffix: str = ".onnx") -> Path:
+        return self.root / key.source_sha256 / f"{key.precision}-{key.digest()[:16]}{suffix}"
 
-    def get_or_build(self, key: VariantKey, build: Callable[[Path], None]) -> CacheResult:
+    def get_or_build(
+        self, key: VariantKey, build: Callable[[Path], None], suffix: str = ".onnx"
+    ) -> CacheResult:
         """The variant's path, calling `build(scratch_path)` only when it is not cached.
 
         `build` writes the model to the path it is given; anything it leaves beside it is
         removed. An exception from `build` leaves the cache as it was.
         """
-        final = self.path_for(key)
+        final = self.path_for(key, suffix)
         if final.is_file():
             return CacheResult(final, cached=True, seconds=0.0)
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.api import execution_providers
+from serve.api import ServeError, execution_providers
+from tuner.candidate import PRECISION, Candidate, apply
 from tuner.precision.accuracy import (
     AccuracyCheck,
     Outputs,
@@ -35,7 +37,12 @@ from tuner.precision.graph import (
     require_float,
 )
 from tuner.precision.metrics import OutputSpec
-from tuner.precision.tensorrt import tensorrt_available, with_tensorrt_precision
+from tuner.precision.tensorrt import tensorrt_available
+from tuner.precision.tensorrt_calibration import (
+    TABLE_METHOD,
+    build_calibration_table,
+    table_location,
+)
 from tuner.precision.validation import ValidationSet, load_validation_inputs
 
 log = logging.getLogger("tuner.precision")
@@ -52,7 +59,8 @@ class PrecisionVariant:
     """One precision of a model, ready to serve or excluded with the reason.
 
     `model_path` is the file to serve (the source file for fp32 and the TensorRT precisions,
-    which are a config change; None when `error` is set).
+    which are a config change; None when `error` is set); trt_int8 also has its
+    `calibration_table`.
     `accuracy` is None for fp32. `build_seconds` is the time this call spent building (0 when
     `cached`). A variant is `usable` when it was built and passed the accuracy guard.
     """
@@ -64,6 +72,16 @@ class PrecisionVariant:
     error: str | None = None
     method: str = ""
     cached: bool = False
+    # trt_int8: the TensorRT calibration table, to be placed at `table_location()` inside the
+    # served model's folder
+    calibration_table: Path | None = None
+
+    def model_folder_files(self) -> dict[str, Path]:
+        """Files the served config expects inside the model's folder (relative path -> file
+        to place there): trt_int8's calibration table."""
+        if self.calibration_table is None:
+            return {}
+        return {table_location(): self.calibration_table}
 
     @property
     def usable(self) -> bool:
@@ -103,8 +121,9 @@ def prepare_variants(
     """The requested precisions of the model at `model_path`, in the order asked.
 
     Precisions: fp32, fp16, int8, and where onnxruntime has TensorRT, trt_fp16 and trt_int8
-    (a config change, `with_tensorrt_precision`; checked by running the source file under
-    the providers the server would use). fp16 and int8 are built once per (source hash,
+    (a config change, as `tuner.candidate.apply` makes it, and for trt_int8 a calibration
+    table built from the validation data; checked by running the source file under the
+    providers the server would use for that config). fp16 and int8 are built once per (source hash,
     precision, calibration data) in `cache_dir`. Each reduced precision is compared with the
     FP32 model on up to `count` validation inputs (`load_validation_inputs`; static int8
     calibrates on the first `CALIBRATION_COUNT`), run with `threads` onnxruntime threads
@@ -190,23 +209,63 @@ def _tensorrt(precision: str, context: _Context, reference: Outputs) -> Precisio
             "TensorrtExecutionProvider (docs/gpu.md)",
         )
     mode = TENSORRT_VARIANTS[precision]
-    # The providers the server derives from the changed config, so the check runs what is served.
-    providers, _ = execution_providers(with_tensorrt_precision(context.config, mode), "KIND_GPU")
+    table: Path | None = None
+    build_seconds = 0.0
     try:
-        accuracy = check_accuracy(
-            precision,
-            context.model_path,
-            reference,
-            context.validation,
-            context.specs,
-            context.limit,
-            context.threads,
-            providers,
-        )
-    except PrecisionError as exc:
+        if precision == "trt_int8":
+            table, build_seconds = _calibration_table(context)
+        with tempfile.TemporaryDirectory(prefix="trt-check-") as scratch:
+            model_dir = Path(scratch)
+            if table is not None:  # where the served config looks for it
+                staged = model_dir / table_location()
+                staged.parent.mkdir(parents=True)
+                staged.symlink_to(table)
+            # The providers the server derives from the served config: the check runs what
+            # is served.
+            served = apply(Candidate({PRECISION: precision}), context.config)
+            providers, _ = execution_providers(served, "KIND_GPU", model_dir=model_dir)
+            accuracy = check_accuracy(
+                precision,
+                context.model_path,
+                reference,
+                context.validation,
+                context.specs,
+                context.limit,
+                context.threads,
+                providers,
+            )
+    except (PrecisionError, ServeError) as exc:
         return _failed(precision, str(exc))
     method = f"TensorRT precision_mode {mode.upper()} (a config change; same model file)"
-    return PrecisionVariant(precision, context.model_path, accuracy, 0.0, method=method)
+    if table is not None:
+        method = f"{TABLE_METHOD} (a config change and a table; same model file)"
+    return PrecisionVariant(
+        precision,
+        context.model_path,
+        accuracy,
+        build_seconds,
+        method=method,
+        calibration_table=table,
+    )
+
+
+def _calibration_table(context: _Context) -> tuple[Path, float]:
+    """trt_int8's table, built once per (model, calibration inputs) in the variant cache."""
+    subset = context.validation.head(CALIBRATION_COUNT)
+    feeds = subset.feeds()
+    key = VariantKey(context.source_sha256, "trt_int8", TABLE_METHOD, subset.digest())
+    source = context.model_path
+    try:
+        built = context.cache.get_or_build(
+            key, lambda target: build_calibration_table(source, target, feeds), ".flatbuffers"
+        )
+    except PrecisionError:
+        raise
+    except Exception as exc:  # onnxruntime's calibrator raises many unrelated types
+        raise PrecisionError(
+            f"the INT8 calibration table could not be made: {type(exc).__name__}: {exc}"
+        ) from None
+    return built.path, built.seconds
 
 
 def _plan(precision: str, context: _Context) -> tuple[str, str | None, Callable[[Path], None]]:

@@ -138,7 +138,11 @@ def test_tensorrt_precision_is_an_accelerator_block() -> None:
     accelerator = tuned.optimization.execution_accelerators.gpu_execution_accelerator[0]
     assert (accelerator.name, dict(accelerator.parameters)) == (
         "tensorrt",
-        {"precision_mode": "INT8"},
+        {
+            "precision_mode": "INT8",
+            "int8_calibration_table_name": "calibration.flatbuffers",
+            "trt_engine_cache_path": "tensorrt",
+        },
     )
     assert tuned.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
     assert config_precision(tuned) == "trt_int8"

@@ -120,3 +120,49 @@ def test_a_variant_file_placed_for_a_failed_write_back_is_removed(tmp_path: Path
         write_back_all(writes, rename=failing_last)
     assert not (tmp_path / "step_a" / "1" / "model.int8.onnx").exists()
     assert (tmp_path / "step_a" / "1" / "model.onnx").read_bytes() == b"onnx"
+
+
+def test_files_the_config_expects_in_the_model_folder_are_placed_with_it(tmp_path: Path) -> None:
+    _repository(tmp_path)
+    table = tmp_path / "built.flatbuffers"
+    table.write_bytes(b"ranges")
+    writes = _writes(tmp_path)
+    writes[1] = ModelWrite(
+        tmp_path / "step_b", _config("step_b", 2), [1], None, {"tensorrt/calibration.flb": table}
+    )
+    (written_b,) = write_back_all(writes)[1:2]
+    placed = tmp_path / "step_b" / "tensorrt" / "calibration.flb"
+    assert placed.read_bytes() == b"ranges" and written_b.model_files == [placed]
+
+
+def test_a_folder_file_placed_for_a_failed_write_back_is_removed(tmp_path: Path) -> None:
+    _repository(tmp_path)
+    table = tmp_path / "built.flatbuffers"
+    table.write_bytes(b"ranges")
+    writes = _writes(tmp_path)
+    writes[0] = ModelWrite(
+        tmp_path / "step_a", _config("step_a", 2), [1], None, {"tensorrt/calibration.flb": table}
+    )
+
+    def failing_last(source: Path, target: Path) -> None:
+        if target.parent.name == "step_c":
+            raise OSError(28, "No space left on device")
+        os.replace(source, target)
+
+    with pytest.raises(WriteBackError):
+        write_back_all(writes, rename=failing_last)
+    assert not (tmp_path / "step_a" / "tensorrt" / "calibration.flb").exists()
+
+
+def test_a_folder_file_outside_the_model_folder_is_refused(tmp_path: Path) -> None:
+    before = _repository(tmp_path)
+    table = tmp_path / "built.flatbuffers"
+    table.write_bytes(b"ranges")
+    writes = _writes(tmp_path)
+    writes[0] = ModelWrite(
+        tmp_path / "step_a", _config("step_a", 2), [1], None, {"../step_b/x": table}
+    )
+    with pytest.raises(WriteBackError, match="not inside"):
+        write_back_all(writes)
+    assert _configs(tmp_path) == before
+    assert not (tmp_path / "step_b" / "x").exists()

@@ -18,6 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.api import detect_platform
 from serve.config.model_config import parse_config_text, read_config_file
 from tests.conftest import BUNDLED_REPOSITORY
+from tuner.candidate import PRECISION, Candidate, apply, config_precision
 from tuner.precision import (
     AccuracyCheck,
     GraphSummary,
@@ -35,10 +36,15 @@ from tuner.precision import (
     prepare_variants,
     summarize,
     tensorrt_available,
-    with_tensorrt_precision,
 )
 from tuner.precision.accuracy import judge
 from tuner.precision.metrics import cosine_similarity, max_relative_error, top1_agreement
+from tuner.precision.tensorrt_calibration import (
+    TABLE_METHOD,
+    build_calibration_table,
+    read_table,
+    tensor_ranges,
+)
 from tuner.precision.validation import RANDOM_VARIABLE_DIM, ValidationSet
 
 REPOSITORY = BUNDLED_REPOSITORY
@@ -528,7 +534,7 @@ def test_non_finite_values_fail_the_guard() -> None:
 # -- TensorRT through the config ---------------------------------------------------------------
 
 
-def test_tensorrt_precision_is_a_config_change() -> None:
+def test_tensorrt_precision_is_a_config_change_keeping_the_entry_s_other_parameters() -> None:
     config = parse_config_text(
         """
 name: "m"
@@ -537,18 +543,65 @@ optimization { execution_accelerators { gpu_execution_accelerator [
 """,
         "m",
     )
-    changed = with_tensorrt_precision(config, "int8")
-    (entry,) = changed.optimization.execution_accelerators.gpu_execution_accelerator
-    assert entry.name == "tensorrt" and entry.parameters["precision_mode"] == "INT8"
-    assert entry.parameters["max_workspace_size_bytes"] == "1073741824"
+    int8 = apply(Candidate({PRECISION: "trt_int8"}), config)
+    (entry,) = int8.optimization.execution_accelerators.gpu_execution_accelerator
+    assert dict(entry.parameters) == {
+        "max_workspace_size_bytes": "1073741824",
+        "precision_mode": "INT8",
+        "int8_calibration_table_name": "calibration.flatbuffers",
+        "trt_engine_cache_path": "tensorrt",
+    }
     assert "precision_mode" not in (
         config.optimization.execution_accelerators.gpu_execution_accelerator[0].parameters
     )
-    fresh = with_tensorrt_precision(mc.ModelConfig(name="n"), "FP16")
+    fp16 = apply(Candidate({PRECISION: "trt_fp16"}), int8)
+    (entry,) = fp16.optimization.execution_accelerators.gpu_execution_accelerator
+    assert entry.parameters["precision_mode"] == "FP16"
+    assert "int8_calibration_table_name" not in entry.parameters
+    fresh = apply(Candidate({PRECISION: "trt_fp16"}), mc.ModelConfig(name="n"))
     (added,) = fresh.optimization.execution_accelerators.gpu_execution_accelerator
-    assert added.name == "tensorrt" and added.parameters["precision_mode"] == "FP16"
-    with pytest.raises(PrecisionError, match="int4"):
-        with_tensorrt_precision(config, "int4")
+    assert added.name == "tensorrt" and dict(added.parameters) == {"precision_mode": "FP16"}
+    back = apply(Candidate({PRECISION: "fp32"}), int8)
+    assert not back.optimization.execution_accelerators.gpu_execution_accelerator
+    assert config_precision(int8) == "trt_int8" and config_precision(back) == "fp32"
+
+
+def test_a_tensorrt_int8_table_holds_each_tensor_s_largest_magnitude(tmp_path: Path) -> None:
+    # y = x - 10: its output only takes negative values; TensorRT's INT8 is symmetric.
+    graph = helper.make_graph(
+        [helper.make_node("Sub", ["x", "ten"], ["y"])],
+        "shift",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor("ten", TensorProto.FLOAT, [], [10.0])],
+    )
+    model = tmp_path / "shift.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    feeds = [{"x": np.array([[0.0, 1.0, 2.0]], np.float32)}, {"x": np.full((1, 3), 3, np.float32)}]
+    ranges = tensor_ranges(model, feeds)
+    assert ranges["x"] == pytest.approx(3.0) and ranges["y"] == pytest.approx(10.0)
+    table = tmp_path / "calibration.flatbuffers"
+    build_calibration_table(model, table, feeds)
+    assert read_table(table) == ranges
+    with pytest.raises(PrecisionError, match="needs inputs"):
+        tensor_ranges(model, [])
+
+
+def test_the_digits_table_is_cached_by_model_and_calibration_inputs(tmp_path: Path) -> None:
+    source = DIGITS / "1" / "model.onnx"
+    feeds = [{"input": np.random.default_rng(i).random((1, 1, 8, 8), np.float32)} for i in range(4)]
+    cache = VariantCache(tmp_path)
+    key = VariantKey(model_sha256(source), "trt_int8", TABLE_METHOD, "calibration-digest")
+    built = cache.get_or_build(
+        key, lambda target: build_calibration_table(source, target, feeds), ".flatbuffers"
+    )
+    assert built.path.suffix == ".flatbuffers" and not built.cached
+    ranges = read_table(built.path)
+    assert "input" in ranges and all(v >= 0 for v in ranges.values()) and len(ranges) > 3
+    again = cache.get_or_build(key, lambda _t: pytest.fail("built twice"), ".flatbuffers")
+    assert again.cached and again.path == built.path
+    variant = PrecisionVariant("trt_int8", source, None, 0.0, calibration_table=built.path)
+    assert variant.model_folder_files() == {"tensorrt/calibration.flatbuffers": built.path}
 
 
 def test_tensorrt_is_offered_only_when_onnxruntime_has_it(
