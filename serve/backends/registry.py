@@ -14,6 +14,7 @@ _BACKENDS: dict[str, str] = {
     "onnxruntime": "serve.backends.onnxruntime:OnnxRuntimeBackend",
     "python": "serve.backends.python:PythonBackend",
     "pytorch": "serve.backends.pytorch:PyTorchBackend",
+    "tensorrt": "serve.backends.tensorrt:TensorRTBackend",
 }
 
 # Triton's platform names -> backend names.
@@ -50,11 +51,6 @@ def get_backend(name: str) -> Backend:
     target = _BACKENDS.get(name)
     if target is None:
         known = ", ".join(sorted(_BACKENDS))
-        if name == "tensorrt":
-            raise ServeError.unavailable(
-                "the tensorrt backend needs a GPU and the 'gpu' extra; "
-                "serve the ONNX model with the tensorrt execution accelerator instead"
-            )
         raise ServeError.invalid(f"unknown backend '{name}' (known: {known})")
     module_name, class_name = target.split(":")
     try:

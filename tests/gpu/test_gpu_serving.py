@@ -224,3 +224,49 @@ def test_tensorrt_fp16_keeps_the_top_class_and_caches_its_engine(tmp_path: Path)
         logits = _digits_logits(server.url, images)
     assert (logits.argmax(1) == _cpu_logits(images).argmax(1)).mean() >= 0.875
     assert any((tmp_path / "engines").iterdir()), "no TensorRT engine was cached"
+
+
+needs_tensorrt = pytest.mark.skipif(
+    not HERE.gpus or HERE.tensorrt_version is None or not _torch_cuda(),
+    reason="needs a GPU, the tensorrt package and a CUDA build of torch",
+)
+
+
+def _build_digits_plan(target: Path) -> None:
+    """digits' ONNX file as a TensorRT engine, batch 1..16 (the builder's own API)."""
+    import tensorrt as trt
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    source = (BUNDLED_REPOSITORY / "digits" / "1" / "model.onnx").read_bytes()
+    assert parser.parse(source), [parser.get_error(i) for i in range(parser.num_errors)]
+    build = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    profile.set_shape("input", (1, 1, 8, 8), (8, 1, 8, 8), (16, 1, 8, 8))
+    build.add_optimization_profile(profile)
+    plan = builder.build_serialized_network(network, build)
+    assert plan is not None, "TensorRT did not build the engine"
+    target.write_bytes(bytes(plan))
+
+
+@needs_tensorrt
+def test_a_tensorrt_engine_is_served_with_its_config_completed(tmp_path: Path) -> None:
+    model_dir = tmp_path / "repository" / "digits_plan"
+    (model_dir / "1").mkdir(parents=True)
+    _build_digits_plan(model_dir / "1" / "model.plan")
+    (model_dir / "config.pbtxt").write_text('name: "digits_plan" platform: "tensorrt_plan"\n')
+    images = np.random.default_rng(2).random((4, 1, 8, 8), dtype=np.float32)
+    with serving(model_dir.parent, tmp_path / "server.log") as server:
+        client = httpclient.InferenceServerClient(server.url)
+        config = client.get_model_config("digits_plan")
+        tensor = httpclient.InferInput("input", list(images.shape), "FP32")
+        tensor.set_data_from_numpy(images)
+        logits = client.infer("digits_plan", [tensor]).as_numpy("logits")
+        too_big = httpclient.InferInput("input", [17, 1, 8, 8], "FP32")
+        too_big.set_data_from_numpy(np.zeros((17, 1, 8, 8), np.float32))
+        with pytest.raises(Exception, match=r"max_batch_size|profile"):
+            client.infer("digits_plan", [too_big])
+    assert config["max_batch_size"] == 16 and config["backend"] == "tensorrt"
+    np.testing.assert_allclose(logits, _cpu_logits(images), rtol=1e-2, atol=1e-3)

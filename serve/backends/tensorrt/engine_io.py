@@ -1,0 +1,152 @@
+"""What a TensorRT engine (model.plan) takes and gives, read from the engine itself, and the
+config Triton's tensorrt backend would complete from it.
+
+TensorRT 10 engines have explicit shapes: a dimension of -1 is dynamic, its range given by
+each optimization profile (min, opt, max). A model batches, in Triton's sense, when every input
+and output has a dynamic first dimension; its max_batch_size is then the smallest profile max
+of that dimension over the inputs (profile 0: one execution context per instance uses it).
+Nothing here needs a GPU: the engine is any object with TensorRT's ICudaEngine accessors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from protocol.datatypes import wire_datatype, wire_to_config
+from serve.errors import ServeError
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTensor:
+    name: str
+    is_input: bool
+    dtype: np.dtype
+    shape: Shape  # -1 where dynamic
+    profile: tuple[Shape, Shape, Shape] | None = None  # (min, opt, max) in profile 0; inputs
+
+    @property
+    def config_type(self) -> int:
+        return int(mc.DataType.Value(wire_to_config(wire_datatype(self.dtype))))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineIO:
+    tensors: tuple[EngineTensor, ...]
+
+    @property
+    def inputs(self) -> tuple[EngineTensor, ...]:
+        return tuple(t for t in self.tensors if t.is_input)
+
+    @property
+    def outputs(self) -> tuple[EngineTensor, ...]:
+        return tuple(t for t in self.tensors if not t.is_input)
+
+    def max_batch_size(self) -> int:
+        """The batch Triton would allow (0: the engine does not batch)."""
+        if not self.tensors or any(t.shape[:1] != (-1,) for t in self.tensors):
+            return 0
+        limits = [t.profile[2][0] for t in self.inputs if t.profile is not None]
+        return min(limits) if limits else 0
+
+    def check_shapes(self, shapes: Mapping[str, Shape], model: str) -> None:
+        """ServeError naming the input whose shape profile 0 does not cover."""
+        for tensor in self.inputs:
+            shape = shapes.get(tensor.name)
+            if shape is None or tensor.profile is None:
+                continue
+            low, _, high = tensor.profile
+            if len(shape) != len(low) or any(
+                not lo <= dim <= hi for dim, lo, hi in zip(shape, low, high, strict=True)
+            ):
+                raise ServeError.invalid(
+                    f"model '{model}': input '{tensor.name}' has shape {list(shape)}, outside "
+                    f"the engine's optimization profile [{list(low)} .. {list(high)}]"
+                )
+
+
+def read_engine_io(engine: Any, trt: Any) -> EngineIO:
+    """The engine's I/O tensors through TensorRT's accessors (`trt`: the tensorrt module)."""
+    tensors = []
+    for index in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(index)
+        is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+        shape = tuple(int(d) for d in engine.get_tensor_shape(name))
+        profile = None
+        if is_input and -1 in shape and engine.num_optimization_profiles > 0:
+            low, opt, high = engine.get_tensor_profile_shape(name, 0)
+            profile = (tuple(low), tuple(opt), tuple(high))
+        dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+        tensors.append(EngineTensor(name, is_input, dtype, shape, profile))
+    return EngineIO(tuple(tensors))
+
+
+def complete_config(config: mc.ModelConfig, io: EngineIO, source: str) -> None:
+    """Fill what `config` leaves out from the engine (as Triton's tensorrt backend does) and
+    refuse what contradicts it, naming the tensor: max_batch_size when it is 0 and the engine
+    batches (with dynamic batching), then each input's and output's type and dims (without the
+    batch dimension when the model batches)."""
+    if config.max_batch_size == 0 and not config.input and not config.output:
+        config.max_batch_size = io.max_batch_size()
+        if config.max_batch_size and config.WhichOneof("scheduling_choice") is None:
+            config.dynamic_batching.SetInParent()
+    allowed = io.max_batch_size()
+    if config.max_batch_size > allowed:
+        raise ServeError.invalid(
+            f"{source}: max_batch_size {config.max_batch_size} exceeds what the engine allows "
+            f"({allowed}: its optimization profile's largest first dimension, 0 when it does "
+            "not batch)"
+        )
+    skip = 1 if config.max_batch_size > 0 else 0
+    for declared, tensors, kind in (
+        (config.input, io.inputs, "input"),
+        (config.output, io.outputs, "output"),
+    ):
+        _complete(declared, tensors, skip, kind, source)
+
+
+def _complete(
+    declared: Any, tensors: tuple[EngineTensor, ...], skip: int, kind: str, source: str
+) -> None:
+    complete_list = len(declared) == 0
+    by_name = {t.name: t for t in declared}
+    engine_names = {t.name for t in tensors}
+    for name in by_name:
+        if name not in engine_names:
+            raise ServeError.invalid(
+                f"{source}: {kind} '{name}' is not an {kind} of the engine "
+                f"(engine {kind}s: {sorted(engine_names)})"
+            )
+    for tensor in tensors:
+        entry = by_name.get(tensor.name)
+        if entry is None:
+            if not complete_list:
+                continue
+            entry = declared.add(name=tensor.name)
+        if entry.data_type == mc.TYPE_INVALID:
+            entry.data_type = tensor.config_type
+        elif entry.data_type != tensor.config_type:
+            raise ServeError.invalid(
+                f"{source}: {kind} '{tensor.name}' is {mc.DataType.Name(entry.data_type)} in "
+                f"the config but {mc.DataType.Name(tensor.config_type)} in the engine"
+            )
+        dims = list(tensor.shape[skip:])
+        if not entry.dims and not entry.HasField("reshape"):
+            entry.dims.extend(dims)
+        elif not entry.HasField("reshape") and not _dims_fit(list(entry.dims), dims):
+            raise ServeError.invalid(
+                f"{source}: {kind} '{tensor.name}' has dims {list(entry.dims)} in the config "
+                f"but {dims} in the engine"
+            )
+
+
+def _dims_fit(declared: list[int], engine: list[int]) -> bool:
+    return len(declared) == len(engine) and all(
+        e == -1 or d == e for d, e in zip(declared, engine, strict=True)
+    )
