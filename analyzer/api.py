@@ -38,6 +38,7 @@ from analyzer.load.options import LoadOptions, ModelInfo, TensorInfo
 from analyzer.load.sequences import SequenceOptions
 from analyzer.measurement import Measurement
 from analyzer.profiler.clock import MonotonicClock, epoch_offset_ns
+from analyzer.profiler.gpu_metrics import MetricsPoller, http_fetcher
 from analyzer.profiler.level import LevelRun, Probe
 from analyzer.profiler.mixed import (
     MixedSearchResult,
@@ -157,7 +158,12 @@ async def open_session(
         def client_pids() -> list[int]:
             return [os.getpid(), *getattr(driver, "pids", ())]
 
-        probe = Probe(stats=statistics, clock=MonotonicClock(), cpu=CpuMeter(client_pids))
+        clock = MonotonicClock()
+        gpu = None
+        if options.metrics_url is not None:
+            fetch = http_fetcher(options.metrics_url)
+            gpu = MetricsPoller(fetch, options.metrics_interval_ms, clock, options.metrics_url)
+        probe = Probe(stats=statistics, clock=clock, cpu=CpuMeter(client_pids), gpu=gpu)
         profiler = LevelProfiler(
             driver, settings, probe, model=model.name, batch_size=options.batch_size
         )
@@ -165,6 +171,8 @@ async def open_session(
         try:
             yield session
         finally:
+            if gpu is not None:
+                await gpu.stop()
             await profiler.close()
     finally:
         problems = await connected.close()

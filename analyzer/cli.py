@@ -79,6 +79,13 @@ from analyzer.perf_run import run_perf
 @click.option("--verbose-csv", is_flag=True, help="Add Avg latency, request/response, ...")
 @click.option("--profile-export-file", default=None, help="Per-request timestamps (JSON).")
 @click.option(
+    "--collect-metrics",
+    is_flag=True,
+    help="Read the server's GPU metrics while measuring (CSV columns with --verbose-csv).",
+)
+@click.option("--metrics-url", default=None, help="[default: the -u host, port 8002, /metrics]")
+@click.option("--metrics-interval", type=int, default=None, help="ms between reads [default: 1000]")
+@click.option(
     "-H", "headers", multiple=True, help="'Name: value' HTTP header or gRPC metadata (repeatable)."
 )
 @click.option("--sync", is_flag=True, help="Synchronous requests (the default).")

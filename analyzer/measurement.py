@@ -11,6 +11,32 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
+class GpuMetrics:
+    """Per GPU UUID: utilization (0-1), power (W), memory used and total (bytes)."""
+
+    utilization: dict[str, float] = field(default_factory=dict)
+    power_w: dict[str, float] = field(default_factory=dict)
+    memory_used_bytes: dict[str, int] = field(default_factory=dict)
+    memory_total_bytes: dict[str, int] = field(default_factory=dict)
+
+    def columns(self) -> list[str]:
+        """perf_analyzer's four CSV cells: `uuid:value;` per GPU, in UUID order."""
+        return [
+            "".join(f"{uuid}:{_double(value)};" for uuid, value in sorted(values.items()))
+            for values in (
+                self.utilization,
+                self.power_w,
+                self.memory_used_bytes,
+                self.memory_total_bytes,
+            )
+        ]
+
+
+def _double(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
 class ServerBreakdown:
     """Average per-request server-side durations (us) from the statistics extension: the
     difference of the counters before and after the stable windows, divided by the count."""
@@ -71,6 +97,7 @@ class Measurement:
     # their scheduled time (perf_analyzer's delayed requests; over 1% comes with a warning)
     delayed_pct: float = 0.0
     warnings: tuple[str, ...] = ()  # client could not keep up, server stats missing, ...
+    gpu: GpuMetrics | None = None  # --collect-metrics: the server's GPU metrics, merged
     # An ensemble's composing models (name -> their server breakdown over the same windows,
     # nested ensembles and their steps included, depth first); empty for a plain model.
     composing: dict[str, ServerBreakdown] = field(default_factory=dict)

@@ -24,6 +24,8 @@ from analyzer.ranges import parse_range
 
 DEFAULT_HTTP_URL = "localhost:8000"
 DEFAULT_GRPC_URL = "localhost:8001"
+DEFAULT_METRICS_PORT = 8002  # Triton's --metrics-port
+DEFAULT_METRICS_INTERVAL_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,9 @@ class PerfFlags:
     output_tensor_format: str = "binary"
     csv: str | None = None
     verbose_csv: bool = False
+    collect_metrics: bool = False
+    metrics_url: str | None = None
+    metrics_interval: int | None = None
     profile_export_file: str | None = None
     headers: tuple[str, ...] = ()
     sync: bool = False
@@ -242,8 +247,28 @@ def _load_options(flags: PerfFlags, spec: SweepSpec, intervals: list[int] | None
         output_shared_memory_size=flags.output_shared_memory_size,
         output_tensor_format=flags.output_tensor_format,
         input_tensor_format=flags.input_tensor_format,
+        metrics_url=_metrics_url(flags, url),
+        metrics_interval_ms=flags.metrics_interval or DEFAULT_METRICS_INTERVAL_MS,
         sequence=_sequence_options(flags),
     )
+
+
+def _metrics_url(flags: PerfFlags, url: str) -> str | None:
+    """Where --collect-metrics reads (None: not asked), as perf_analyzer resolves it."""
+    for given, name in (
+        (flags.metrics_url, "--metrics-url"),
+        (flags.metrics_interval, "--metrics-interval"),
+    ):
+        if given is not None and not flags.collect_metrics:
+            raise AnalyzerError(f"Must specify --collect-metrics when using the {name} option.")
+    if flags.metrics_interval is not None and flags.metrics_interval <= 0:
+        raise AnalyzerError("Failed to parse --metrics-interval. The value must be > 0 msecs.")
+    if not flags.collect_metrics:
+        return None
+    if flags.metrics_url is not None:
+        return flags.metrics_url
+    host = url.split("://", 1)[-1].rsplit(":", 1)[0]
+    return f"{host}:{DEFAULT_METRICS_PORT}/metrics"
 
 
 def _sequence_options(flags: PerfFlags) -> SequenceOptions:

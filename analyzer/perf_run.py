@@ -20,7 +20,7 @@ from analyzer.perf_config import PerfConfig
 from analyzer.profiler.level import LevelRun, stabilizing_latency_us
 from analyzer.profiler.sweep import CONCURRENCY, SweepOutcome, SweepSpec, run_sweep
 from analyzer.report.composing import composing_lines, write_composing_csvs
-from analyzer.report.console import print_results
+from analyzer.report.console import gpu_metrics_lines, print_results
 from analyzer.report.csv_report import CsvLayout, write_csv
 from analyzer.report.html import write_html
 from analyzer.report.json_report import write_json
@@ -35,6 +35,9 @@ async def run_perf(config: PerfConfig, out: Console, err: Console) -> int:
             run = await session.measure(level)
             _print_level(run, config, out, err)
             _print_composing(run, session, out)
+            if run.measurement is not None and run.measurement.gpu is not None:
+                for line in gpu_metrics_lines(run.measurement.gpu):
+                    out.print(line, markup=False, highlight=False)
             return run
 
         outcome = await run_sweep(config.spec, measure, config.settings)
@@ -139,6 +142,7 @@ def _write_outputs(
                 cache_columns=_response_cache_enabled(session),
                 percentile=config.settings.percentile,
                 verbose=outputs.verbose_csv,
+                gpu_metrics=config.options.metrics_url is not None,
             )
             write_csv(outputs.csv, reported, layout)
             write_composing_csvs(outputs.csv, reported, session.statistics.versions, layout)

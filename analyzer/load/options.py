@@ -39,6 +39,10 @@ class LoadOptions:
     output_tensor_format: str = "binary"  # binary | json
     input_tensor_format: str = "binary"  # binary | json
     seed: int = 0
+    # --collect-metrics: the server's Prometheus endpoint (host:port/path) read every
+    # `metrics_interval_ms` while measuring (None: not read)
+    metrics_url: str | None = None
+    metrics_interval_ms: int = 1000
     # Used when the model is a sequence model (sequence_batching, or an ensemble with a
     # stateful step).
     sequence: SequenceOptions = field(default_factory=SequenceOptions)

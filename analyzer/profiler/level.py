@@ -10,11 +10,13 @@ run of consecutive windows has its own server delta.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from analyzer.errors import AnalyzerError
 from analyzer.load.base import LoadDriver, LoadLevel, RequestRecord
 from analyzer.measurement import Measurement
 from analyzer.profiler.clock import Clock
+from analyzer.profiler.gpu_metrics import MetricsPoller, merge_readings
 from analyzer.profiler.merge import merge_windows
 from analyzer.profiler.overhead import CpuMeter, busy_pct
 from analyzer.profiler.schedule_check import rate_keeping, schedule_warnings
@@ -35,6 +37,7 @@ class Probe:
     stats: StatisticsSource | None
     clock: Clock
     cpu: CpuMeter | None = None
+    gpu: MetricsPoller | None = None  # --collect-metrics
 
 
 @dataclass(slots=True)
@@ -95,6 +98,11 @@ async def profile_level(
         window, pending = await _take_window(driver, settings, clock, start_ns, pending)
         window.counters_end = await _snapshot(probe.stats)
         counters.append(window.counters_end)
+        if probe.gpu is not None:
+            probe.gpu.start()  # from the first window on; a no-op later
+            if probe.gpu.error is not None:
+                raise AnalyzerError(probe.gpu.error)
+            window.gpu_readings = probe.gpu.take()
         cpu_after = probe.cpu.sample() if probe.cpu else {}
         window.busy_pct = busy_pct(cpu_before, cpu_after, window.duration_s)
         cpu_before = cpu_after
@@ -163,6 +171,9 @@ async def profile_level(
         windows_taken=len(windows),
         warnings=[*warnings, *_load_warnings(level, merged, settings)],
     )
+    if probe.gpu is not None:
+        readings = [reading for window in merged for reading in window.gpu_readings]
+        measurement = replace(measurement, gpu=merge_readings(readings))
     run.measurement = measurement
     if settings.latency_threshold_ms > 0 and not over_threshold:
         run.within_threshold = (

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from analyzer.load.base import RequestRecord, ScheduleProgress
+from analyzer.measurement import GpuMetrics
 from analyzer.profiler.percentiles import percentile_of_sorted
 from analyzer.profiler.server_stats import ServerCounters
 
@@ -25,6 +26,7 @@ class Window:
     sent: int = 0  # requests sent in the window (completed + growth of in-flight)
     # request-rate mode: the driver's count of sends in the window, and of the late ones
     schedule: ScheduleProgress = field(default_factory=ScheduleProgress)
+    gpu_readings: list[GpuMetrics] = field(default_factory=list)  # --collect-metrics
     _sorted_latencies: list[int] | None = None
 
     @property

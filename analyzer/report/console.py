@@ -8,7 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from analyzer.measurement import Measurement
+from analyzer.measurement import GpuMetrics, Measurement
 
 
 def results_table(measurements: Sequence[Measurement], concurrency_mode: bool) -> Table:
@@ -46,3 +46,28 @@ def print_results(
 ) -> None:
     if measurements:
         console.print(results_table(measurements, concurrency_mode))
+
+
+MAX_GPUS_PRINTED = 16
+
+
+def gpu_metrics_lines(gpu: GpuMetrics) -> list[str]:
+    """perf_analyzer's "Server Prometheus Metrics" block (--collect-metrics): per GPU, the
+    average utilization (%) and power, the most memory used and the total."""
+    sections = (
+        ("Avg GPU Utilization", gpu.utilization, lambda v: f"{v * 100:g}%"),
+        ("Avg GPU Power Usage", gpu.power_w, lambda v: f"{v:g} watts"),
+        ("Max GPU Memory Usage", gpu.memory_used_bytes, lambda v: f"{v} bytes"),
+        ("Total GPU Memory", gpu.memory_total_bytes, lambda v: f"{v} bytes"),
+    )
+    lines = ["  Server Prometheus Metrics: "]
+    if any(len(values) > MAX_GPUS_PRINTED for _, values, _ in sections):
+        return [
+            *lines,
+            "Too many GPUs on system to print out individual Prometheus metrics, use the CSV "
+            "output feature to see metrics.",
+        ]
+    for title, values, show in sections:
+        lines.append(f"    {title}:")
+        lines += [f"      {uuid} : {show(value)}" for uuid, value in sorted(values.items())]
+    return lines

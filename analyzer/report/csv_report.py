@@ -5,7 +5,9 @@ server gives statistics, `Network+Server Send/Recv`, `Server Queue`, `Server Com
 `Server Compute Infer`, `Server Compute Output` (and `Server Cache Hit`, `Server Cache Miss`
 when the model's response cache is on), `Client Recv`, one `pN latency` per percentile in
 increasing order (50, 90, 95, 99 and --percentile), and with --verbose-csv `Avg latency`
-(only without --percentile), `request/response` and `response wait`.
+(only without --percentile), `request/response` and `response wait`, then with
+--collect-metrics `Avg GPU Utilization`, `Avg GPU Power Usage`, `Max GPU Memory Usage` and
+`Total GPU Memory`, each cell `uuid:value;` per GPU (empty without a GPU).
 
 Durations are whole microseconds, truncated. Network+Server Send/Recv is the average client
 wait (average latency minus client send and receive) minus the server's queue, compute and
@@ -24,6 +26,13 @@ from pathlib import Path
 from analyzer.measurement import Measurement
 from analyzer.profiler.percentiles import REPORTED_PERCENTILES
 
+GPU_COLUMNS = [
+    "Avg GPU Utilization",
+    "Avg GPU Power Usage",
+    "Max GPU Memory Usage",
+    "Total GPU Memory",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class CsvLayout:
@@ -34,6 +43,7 @@ class CsvLayout:
     cache_columns: bool = False
     percentile: int | None = None  # --percentile
     verbose: bool = False  # --verbose-csv
+    gpu_metrics: bool = False  # --collect-metrics (written with --verbose-csv only)
 
     @property
     def percentiles(self) -> list[int]:
@@ -50,6 +60,8 @@ def header(layout: CsvLayout) -> list[str]:
         if layout.percentile is None:
             columns.append("Avg latency")
         columns += ["request/response", "response wait"]
+        if layout.gpu_metrics:
+            columns += GPU_COLUMNS
     return columns
 
 
@@ -104,6 +116,8 @@ def row(m: Measurement, layout: CsvLayout) -> list[str]:
             values.append(str(avg_us))
         values.append(str(send_us + recv_us))
         values.append(str(max(0, avg_us - send_us - recv_us)))
+        if layout.gpu_metrics:
+            values += m.gpu.columns() if m.gpu is not None else [""] * len(GPU_COLUMNS)
     return values
 
 

@@ -105,3 +105,29 @@ def test_ranges(text: str, start: float, end: float | None, step: float) -> None
 def test_bad_flags_are_refused_with_the_flag_named(flags: dict[str, object], message: str) -> None:
     with pytest.raises(AnalyzerError, match=message):
         build_config(PerfFlags(model="m", **flags))  # type: ignore[arg-type]
+
+
+def test_collect_metrics_reads_port_8002_of_the_server_host_unless_told() -> None:
+    assert build_config(PerfFlags(model="m")).options.metrics_url is None
+    collected = build_config(PerfFlags(model="m", url="10.0.0.5:9000", collect_metrics=True))
+    assert collected.options.metrics_url == "10.0.0.5:8002/metrics"
+    assert collected.options.metrics_interval_ms == 1000
+    told = build_config(
+        PerfFlags(model="m", collect_metrics=True, metrics_url="h:7/m", metrics_interval=250)
+    )
+    assert (told.options.metrics_url, told.options.metrics_interval_ms) == ("h:7/m", 250)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"metrics_url": "h:7/m"}, "Must specify --collect-metrics when using the --metrics-url"),
+        ({"metrics_interval": 100}, "when using the --metrics-interval option"),
+        ({"collect_metrics": True, "metrics_interval": 0}, "--metrics-interval. The value must"),
+    ],
+)
+def test_metrics_flags_are_checked_as_perf_analyzer_checks_them(
+    flags: dict[str, object], message: str
+) -> None:
+    with pytest.raises(AnalyzerError, match=message.replace(".", r"\.")):
+        build_config(PerfFlags(model="m", **flags))  # type: ignore[arg-type]
