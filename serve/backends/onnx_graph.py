@@ -11,6 +11,7 @@ from typing import Any
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serve.config.tensor_completion import FoundTensor, complete_tensors
 from serve.errors import ServeError
 
 # ONNX element types -> config data types.
@@ -59,24 +60,19 @@ def complete_from_graph(config: mc.ModelConfig, model_path: Path, default_max_ba
 def _complete_tensors(
     declared: Any, graph_tensors: list[onnx.ValueInfoProto], skip_batch: int
 ) -> None:
-    # An empty list is completed from the graph; a declared list only gets its blanks filled
-    # (a config may list a subset of the outputs on purpose).
-    complete_list = len(declared) == 0
-    by_name = {t.name: t for t in declared}
-    for value_info in graph_tensors:
-        elem = value_info.type.tensor_type.elem_type
-        data_type = _ONNX_TO_CONFIG.get(elem, mc.TYPE_INVALID)
-        dims = _dims(value_info)[skip_batch:]
-        tensor = by_name.get(value_info.name)
-        if tensor is None:
-            if not complete_list:
-                continue
-            tensor = declared.add()
-            tensor.name = value_info.name
-        if tensor.data_type == mc.TYPE_INVALID:
-            tensor.data_type = data_type
-        if not tensor.dims and not tensor.HasField("reshape"):
-            tensor.dims.extend(dims)
+    found = [
+        FoundTensor(
+            value_info.name,
+            _ONNX_TO_CONFIG.get(value_info.type.tensor_type.elem_type, mc.TYPE_INVALID),
+            tuple(_dims(value_info)[skip_batch:]),
+        )
+        for value_info in graph_tensors
+    ]
+    # As Triton's onnxruntime backend: blanks are filled, declarations are not checked here
+    # (the session's own checks name what does not match).
+    complete_tensors(
+        declared, found, kind="tensor", where="", origin="in the graph", refuse_conflicts=False
+    )
 
 
 def _dims(value_info: onnx.ValueInfoProto) -> list[int]:

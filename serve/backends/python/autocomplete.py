@@ -19,6 +19,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.backends.python.environment import execution_env_paths
 from serve.backends.python.process import child_env
+from serve.config.tensor_completion import FoundTensor, complete_tensors
 from serve.errors import ServeError
 
 CHILD_MODULE = "serve.backends.python.autocomplete_child"
@@ -130,25 +131,18 @@ def apply_recorded(config: mc.ModelConfig, recorded: dict[str, Any], name: str) 
 def _merge_tensor(existing: Any, parsed: Any, entry: dict[str, Any], kind: str, model: str) -> None:
     where = f"{model}: auto_complete_config {kind} '{entry.get('name', '')}'"
     _parse(entry, parsed, where)
-    current = next((t for t in existing if t.name == parsed.name), None)
-    if current is None:
-        existing.add().CopyFrom(parsed)
+    if not any(t.name == parsed.name for t in existing):
+        existing.add().CopyFrom(parsed)  # every field the hook gave (optional, format...)
         return
-    if current.data_type == mc.TYPE_INVALID:
-        current.data_type = parsed.data_type
-    elif current.data_type != parsed.data_type:
-        raise ServeError.invalid(
-            f"{model}: {kind} '{parsed.name}' has data_type "
-            f"{mc.DataType.Name(current.data_type)} in the config but "
-            f"{mc.DataType.Name(parsed.data_type)} from auto_complete_config"
-        )
-    if not current.dims:
-        current.dims.extend(parsed.dims)
-    elif list(current.dims) != list(parsed.dims):
-        raise ServeError.invalid(
-            f"{model}: {kind} '{parsed.name}' has dims {list(current.dims)} in the config but "
-            f"{list(parsed.dims)} from auto_complete_config"
-        )
+    found = FoundTensor(parsed.name, parsed.data_type, tuple(parsed.dims))
+    complete_tensors(
+        existing,
+        [found],
+        kind=kind,
+        where=model,
+        origin="from auto_complete_config",
+        refuse_conflicts=True,
+    )
 
 
 def _parse(entry: dict[str, Any], message: Any, where: str) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from protocol.datatypes import wire_datatype, wire_to_config
+from serve.config.tensor_completion import FoundTensor, complete_tensors
 from serve.errors import ServeError
 
 Shape = tuple[int, ...]
@@ -108,45 +109,18 @@ def complete_config(config: mc.ModelConfig, io: EngineIO, source: str) -> None:
         (config.input, io.inputs, "input"),
         (config.output, io.outputs, "output"),
     ):
-        _complete(declared, tensors, skip, kind, source)
+        _check_names(declared, tensors, kind, source)
+        found = [FoundTensor(t.name, t.config_type, t.shape[skip:]) for t in tensors]
+        complete_tensors(
+            declared, found, kind=kind, where=source, origin="in the engine", refuse_conflicts=True
+        )
 
 
-def _complete(
-    declared: Any, tensors: tuple[EngineTensor, ...], skip: int, kind: str, source: str
-) -> None:
-    complete_list = len(declared) == 0
-    by_name = {t.name: t for t in declared}
+def _check_names(declared: Any, tensors: tuple[EngineTensor, ...], kind: str, source: str) -> None:
     engine_names = {t.name for t in tensors}
-    for name in by_name:
-        if name not in engine_names:
+    for entry in declared:
+        if entry.name not in engine_names:
             raise ServeError.invalid(
-                f"{source}: {kind} '{name}' is not an {kind} of the engine "
+                f"{source}: {kind} '{entry.name}' is not an {kind} of the engine "
                 f"(engine {kind}s: {sorted(engine_names)})"
             )
-    for tensor in tensors:
-        entry = by_name.get(tensor.name)
-        if entry is None:
-            if not complete_list:
-                continue
-            entry = declared.add(name=tensor.name)
-        if entry.data_type == mc.TYPE_INVALID:
-            entry.data_type = tensor.config_type
-        elif entry.data_type != tensor.config_type:
-            raise ServeError.invalid(
-                f"{source}: {kind} '{tensor.name}' is {mc.DataType.Name(entry.data_type)} in "
-                f"the config but {mc.DataType.Name(tensor.config_type)} in the engine"
-            )
-        dims = list(tensor.shape[skip:])
-        if not entry.dims and not entry.HasField("reshape"):
-            entry.dims.extend(dims)
-        elif not entry.HasField("reshape") and not _dims_fit(list(entry.dims), dims):
-            raise ServeError.invalid(
-                f"{source}: {kind} '{tensor.name}' has dims {list(entry.dims)} in the config "
-                f"but {dims} in the engine"
-            )
-
-
-def _dims_fit(declared: list[int], engine: list[int]) -> bool:
-    return len(declared) == len(engine) and all(
-        e == -1 or d == e for d, e in zip(declared, engine, strict=True)
-    )

@@ -192,19 +192,26 @@ def _summary(trials: Sequence[TrialRecord]) -> RunSummary:
     )
 
 
-def test_the_summary_reports_the_winner_with_the_re_measured_medians() -> None:
-    trials = [_trial(0, 500.0, as_written=True), _trial(1, 1000.0), _trial(2, 900.0)]
-    # Measured in the order 1, 2, 0 (the config as written last), three rounds.
-    figures = iter([700.0, 650.0, 400.0, 720.0, 640.0, 410.0, 710.0, 660.0, 420.0])
+def _remeasured_summary(trials: list[TrialRecord], figures: list[float]) -> RunSummary:
+    """Every trial re-measured (trial 1 the search's best) with `figures` in measuring order
+    at 10 ms, and the summary that results."""
+    readings = iter(figures)
     remeasured = remeasure(
-        pick_top(trials, 3),
+        pick_top(trials, len(trials)),
         lambda _c: None,
-        lambda c: _measurement(c, next(figures), 10.0),
+        lambda c: _measurement(c, next(readings), 10.0),
         BUDGET,
         SETTINGS,
         search_best=1,
     )
-    summary = with_remeasure(_summary(trials), remeasured)
+    return with_remeasure(_summary(trials), remeasured)
+
+
+def test_the_summary_reports_the_winner_with_the_re_measured_medians() -> None:
+    trials = [_trial(0, 500.0, as_written=True), _trial(1, 1000.0), _trial(2, 900.0)]
+    # Measured in the order 1, 2, 0 (the config as written last), three rounds.
+    figures = [700.0, 650.0, 400.0, 720.0, 640.0, 410.0, 710.0, 660.0, 420.0]
+    summary = _remeasured_summary(trials, figures)
     assert summary.best is not None and summary.best.number == 1
     # Reported: the median of its repeats, the statistic that chose it.
     assert summary.best.outcome is not None and summary.best.outcome.throughput == 710.0
@@ -226,16 +233,7 @@ def test_a_winner_on_medians_is_reported_ahead_of_the_config_as_written() -> Non
     # while the winner is written (it was 0.90x when the lowest round was reported).
     trials = [_trial(0, 500.0, as_written=True), _trial(1, 1000.0)]
     # Measured in the order 1, 0, three rounds.
-    figures = iter([2604.0, 2535.0, 2242.0, 2504.0, 2681.0, 2540.0])
-    remeasured = remeasure(
-        pick_top(trials, 2),
-        lambda _c: None,
-        lambda c: _measurement(c, next(figures), 10.0),
-        BUDGET,
-        SETTINGS,
-        search_best=1,
-    )
-    summary = with_remeasure(_summary(trials), remeasured)
+    summary = _remeasured_summary(trials, [2604.0, 2535.0, 2242.0, 2504.0, 2681.0, 2540.0])
     assert summary.best is not None and summary.best.number == 1
     assert summary.best.outcome is not None and summary.as_written is not None
     assert summary.as_written.outcome is not None

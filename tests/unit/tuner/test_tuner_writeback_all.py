@@ -102,6 +102,13 @@ def test_a_model_without_a_config_before_has_none_after_a_failure(tmp_path: Path
     assert (tmp_path / "step_b" / "config.pbtxt").read_text() == before["step_b"]
 
 
+def _failing_on_step_c(source: Path, target: Path) -> None:
+    """A rename that fails for the last model's config (the disk filled up)."""
+    if target.parent.name == "step_c":
+        raise OSError(28, "No space left on device")
+    os.replace(source, target)
+
+
 def test_a_variant_file_placed_for_a_failed_write_back_is_removed(tmp_path: Path) -> None:
     _repository(tmp_path)
     variant = tmp_path / "built.int8.onnx"
@@ -111,13 +118,8 @@ def test_a_variant_file_placed_for_a_failed_write_back_is_removed(tmp_path: Path
     tuned.default_model_filename = "model.int8.onnx"
     writes[0] = ModelWrite(tmp_path / "step_a", tuned, [1], variant)
 
-    def failing_last(source: Path, target: Path) -> None:
-        if target.parent.name == "step_c":
-            raise OSError(28, "No space left on device")
-        os.replace(source, target)
-
     with pytest.raises(WriteBackError):
-        write_back_all(writes, rename=failing_last)
+        write_back_all(writes, rename=_failing_on_step_c)
     assert not (tmp_path / "step_a" / "1" / "model.int8.onnx").exists()
     assert (tmp_path / "step_a" / "1" / "model.onnx").read_bytes() == b"onnx"
 
@@ -144,13 +146,8 @@ def test_a_folder_file_placed_for_a_failed_write_back_is_removed(tmp_path: Path)
         tmp_path / "step_a", _config("step_a", 2), [1], None, {"tensorrt/calibration.flb": table}
     )
 
-    def failing_last(source: Path, target: Path) -> None:
-        if target.parent.name == "step_c":
-            raise OSError(28, "No space left on device")
-        os.replace(source, target)
-
     with pytest.raises(WriteBackError):
-        write_back_all(writes, rename=failing_last)
+        write_back_all(writes, rename=_failing_on_step_c)
     assert not (tmp_path / "step_a" / "tensorrt" / "calibration.flb").exists()
 
 

@@ -116,7 +116,7 @@ def test_a_fixed_shape_engine_does_not_batch() -> None:
         ),
         (
             'max_batch_size: 8 input [{ name: "images" data_type: TYPE_FP16 dims: [3, 224, 224] }]',
-            "input 'images' is TYPE_FP16 in the config but TYPE_FP32 in the engine",
+            "input 'images' has data_type TYPE_FP16 in the config but TYPE_FP32 in the engine",
         ),
         (
             'max_batch_size: 8 output [{ name: "logits" data_type: TYPE_FP16 dims: [10] }]',
