@@ -62,10 +62,10 @@ def plan_instances(
             if kind == "KIND_GPU":
                 devices = _group_devices(group, here.gpu_ids, where)
         count = group.count or backend.default_instance_count(kind)
-        for device in devices:
-            for i in range(count):
-                number = len(planned) if len(devices) > 1 else i
-                planned.append(PlannedInstance(f"{group_name}_{number}", kind, device))
+        placed = [device for device in devices for _ in range(count)]
+        planned += [
+            PlannedInstance(f"{group_name}_{i}", kind, device) for i, device in enumerate(placed)
+        ]
     return planned
 
 

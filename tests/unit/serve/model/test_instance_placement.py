@@ -44,7 +44,7 @@ def test_a_gpu_group_puts_count_instances_on_each_gpu_it_lists() -> None:
         ("KIND_GPU", 2),
         ("KIND_GPU", 2),
     ]
-    assert len({p.name for p in planned}) == 5
+    assert [p.name for p in planned] == ["m_0_0", "pair_0", "pair_1", "pair_2", "pair_3"]
 
 
 def test_a_gpu_group_without_gpus_uses_every_visible_gpu() -> None:
