@@ -1,11 +1,12 @@
 """perf_analyzer's `--collect-metrics`: the server's GPU metrics, scraped while measuring.
 
 From the first window on, the Prometheus endpoint (`--metrics-url`, Triton's :8002/metrics)
-is read every `--metrics-interval` ms; each window takes the readings made since the previous
-window ended, and a measurement merges the readings of its merged windows per GPU (by UUID):
-the average of `nv_gpu_utilization` (a fraction) and `nv_gpu_power_usage` (watts), the
-maximum of `nv_gpu_memory_used_bytes`, the first `nv_gpu_memory_total_bytes`. A metric the
-endpoint lacks (no GPU) is warned about once, with perf_analyzer's words, and left empty.
+is read every `--metrics-interval` ms; each window takes the readings made during it (those
+between two levels, made while the next one warms up, are dropped), and a measurement merges
+the readings of its merged windows per GPU (by UUID): the average of `nv_gpu_utilization` (a
+fraction) and `nv_gpu_power_usage` (watts), the maximum of `nv_gpu_memory_used_bytes`, the
+first `nv_gpu_memory_total_bytes`. A metric the endpoint lacks (no GPU) is warned about once,
+with perf_analyzer's words, and left empty.
 """
 
 from __future__ import annotations

@@ -84,6 +84,9 @@ async def profile_level(
     # Requests that ended before the first window are not measured.
     pending = [r for r in await driver.collect() if r.end_ns > start_ns]
     counters: list[ServerCounters | None] = [await _snapshot(probe.stats)]
+    if probe.gpu is not None:
+        probe.gpu.start()  # reads from the first window on (a no-op once running)
+        probe.gpu.take()  # what it read before this level's first window is not its own
     cpu_before = probe.cpu.sample() if probe.cpu else {}
     in_flight_before = driver.in_flight
     progress_before = driver.schedule_progress
@@ -99,7 +102,6 @@ async def profile_level(
         window.counters_end = await _snapshot(probe.stats)
         counters.append(window.counters_end)
         if probe.gpu is not None:
-            probe.gpu.start()  # from the first window on; a no-op later
             if probe.gpu.error is not None:
                 raise AnalyzerError(probe.gpu.error)
             window.gpu_readings = probe.gpu.take()
