@@ -4,7 +4,6 @@ CallReply messages through the stub's inbox."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +55,8 @@ class StubServices:
     async def infer_async(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(_ASYNC_CALLS, thread_name_prefix="bls")
+        import asyncio  # only async models call this; the stub starts without asyncio
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self.infer, request, decoupled)
 

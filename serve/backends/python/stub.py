@@ -10,7 +10,6 @@ never change under the model.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import json
@@ -21,7 +20,7 @@ import threading
 import traceback
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,6 +60,9 @@ from serve.backends.python.services import (
     inline_tensor,
 )
 from serve.backends.python.shm import Attachment
+
+if TYPE_CHECKING:
+    import asyncio
 
 CONTROL = "control"  # the inbox key of the server's Execute, ArenaUpdate and Finalize
 
@@ -122,6 +124,8 @@ class Stub:
             try:
                 ready = self._model.is_ready()
                 if inspect.isawaitable(ready):
+                    import asyncio  # only for async models (its import costs a stub's start)
+
                     ready = asyncio.run(_bounded(ready))
                 if not isinstance(ready, bool):
                     raise TypeError(f"is_ready() returned {type(ready).__name__}, not a bool")
@@ -289,6 +293,8 @@ class Stub:
         if not inspect.isawaitable(result):
             return result
         if self._loop is None:
+            import asyncio  # only for async models (its import costs a stub's start)
+
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
         return self._loop.run_until_complete(result)
@@ -331,6 +337,8 @@ def _inline(response: pb_utils.InferenceResponse) -> ResponseMsg:
 
 
 async def _bounded(awaitable: Any) -> Any:
+    import asyncio
+
     return await asyncio.wait_for(awaitable, PROBE_TIMEOUT_S)
 
 
