@@ -450,9 +450,16 @@ def _dead_pid() -> int:
 
 _WORKER_SCRIPT = """
 import sys, time
+from pathlib import Path
 from tests.unit.tuner import test_tuner_search as t
 from tuner.search import run_search
 mode, storage, n_trials, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+if len(sys.argv) > 6:  # a start line: say ready, then wait for the go
+    barrier = Path(sys.argv[6])
+    (barrier / f"ready-{sys.argv[7]}").touch()
+    deadline = time.monotonic() + 60
+    while not (barrier / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 space = t.tiny_space() if mode == "grid" else t.small_space()
 result = run_search(space, t.Counting(delay), t.settings(
     mode=mode, storage=storage, n_trials=n_trials or None, seed=int(sys.argv[5])))
@@ -461,7 +468,7 @@ print("measured", result.measured_here, flush=True)
 
 
 def _worker(
-    mode: str, storage: str, n_trials: int, delay_s: float, seed: int
+    mode: str, storage: str, n_trials: int, delay_s: float, seed: int, start_line: str = ""
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
@@ -473,6 +480,7 @@ def _worker(
             str(n_trials),
             str(delay_s),
             str(seed),
+            *start_line.split(),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -505,7 +513,14 @@ def test_a_killed_run_resumes(tmp_path: Path) -> None:
 def test_processes_sharing_a_study_split_the_trials(tmp_path: Path, mode: str) -> None:
     storage = sqlite_url(tmp_path / "shared.db")
     n_trials = 12 if mode == "optuna" else 0
-    workers = [_worker(mode, storage, n_trials, 0.1, seed) for seed in (0, 0)]
+    # Both start searching together (a slow start of one, on a busy machine, would otherwise
+    # leave it nothing to do).
+    workers = [_worker(mode, storage, n_trials, 0.1, 0, f"{tmp_path} {index}") for index in (0, 1)]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{i}").exists() for i in (0, 1)):
+        assert time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
     measured = []
     for process in workers:
         out, err = process.communicate(timeout=120)
@@ -515,8 +530,12 @@ def test_processes_sharing_a_study_split_the_trials(tmp_path: Path, mode: str) -
     trials = _load("digits", storage)
     assert all(t.state != TrialState.RUNNING for t in trials)
     counted = [t for t in trials if "outcome" in t.user_attrs and "reused_from" not in t.user_attrs]
+    # No trial lost or run twice: every measurement is a trial of the study.
+    assert len(counted) == sum(measured)
     if mode == "optuna":
-        assert len(counted) == sum(measured) == 12
+        # As with threads (below), the trial each worker has in flight at the end may land
+        # the study one past n_trials; the work is shared and bounded.
+        assert 12 <= len(counted) <= 13
     else:
         assert {t.user_attrs["key"] for t in counted} == {c.key for c in grid(tiny_space())}
 
