@@ -29,6 +29,7 @@ from tuner.search_study import (
     fail_stale_trials,
     heartbeat,
     open_study,
+    tell_first,
 )
 from tuner.search_types import (
     ProgressEvent,
@@ -262,7 +263,7 @@ class _SearchLoop:
         earlier = [r for r in records if r.number < trial.number and counts(r)]
         if n_trials is not None and len(earlier) >= n_trials:
             trial.set_user_attr(SURPLUS, True)
-            self.study.tell(trial, state=TrialState.FAIL)
+            tell_first(self.study, trial, state=TrialState.FAIL)
             return f"{n_trials} trials done"
         previous = _measured(records, candidate, trial.number)
         if previous is None:
@@ -347,21 +348,18 @@ class _SearchLoop:
         try:
             trial.set_user_attr(OUTCOME, outcome.to_json())
             if outcome.status == "failed":
-                self.study.tell(trial, state=TrialState.FAIL)
-                return True
+                return tell_first(self.study, trial, state=TrialState.FAIL)
             for name, value in self.settings.constraints(outcome).items():
                 trial.set_constraint(name, value)
             if outcome.status == "ok":
-                self.study.tell(trial, outcome.throughput)
-            else:
-                if not reported and math.isfinite(outcome.throughput) and outcome.throughput > 0:
-                    trial.report(outcome.throughput, step=0)
-                self.study.tell(trial, state=TrialState.PRUNED)
+                return tell_first(self.study, trial, outcome.throughput)
+            if not reported and math.isfinite(outcome.throughput) and outcome.throughput > 0:
+                trial.report(outcome.throughput, step=0)
+            return tell_first(self.study, trial, state=TrialState.PRUNED)
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another worker took this trial for dead (no heartbeat for stale_after_s), or
             # popped the same queued trial.
             return False
-        return True
 
     def _emit(
         self,

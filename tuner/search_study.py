@@ -195,6 +195,33 @@ class Worker:
         return {"host": self.host, "pid": self.pid, "id": self.id}
 
 
+def tell_first(
+    study: optuna.Study,
+    trial: Trial,
+    value: float | None = None,
+    *,
+    state: TrialState | None = None,
+) -> bool:
+    """Tell `trial`; False when another worker finished it first (it took the trial for dead,
+    or SQLite, which has no row locks, let two workers pop the same queued trial)."""
+    try:
+        study.tell(trial, value, state=state)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    except ValueError:
+        # Optuna reads the stored state before it writes: a finished trial is refused here.
+        if _is_finished(study, trial.number):
+            return False
+        raise
+    return True
+
+
+def _is_finished(study: optuna.Study, number: int) -> bool:
+    return any(
+        t.number == number and t.state.is_finished() for t in study.get_trials(deepcopy=False)
+    )
+
+
 def fail_stale_trials(
     study: optuna.Study,
     stale_after_s: float,

@@ -23,7 +23,7 @@ from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
 from tuner.duration import Duration
 from tuner.search import run_search
-from tuner.search_study import WORKER, fail_stale_trials, open_storage, sqlite_url
+from tuner.search_study import WORKER, fail_stale_trials, open_storage, sqlite_url, tell_first
 from tuner.search_types import (
     ProgressEvent,
     SearchError,
@@ -566,3 +566,25 @@ def test_threads_sharing_a_study_split_the_trials(tmp_path: Path) -> None:
     # 9). The work is shared and bounded; the exact count at the end is not a contract.
     assert 9 <= sum(r.measured_here for r in results) <= 11
     assert all(r.measured_here > 0 for r in results)
+
+
+@pytest.mark.parametrize("state", [None, TrialState.FAIL, TrialState.PRUNED])
+def test_a_trial_another_worker_told_first_is_not_told_again(
+    tmp_path: Path, state: TrialState | None
+) -> None:
+    # The race CI met with two workers on SQLite: the other worker's tell lands after this
+    # worker set the trial's attributes and before its own tell.
+    storage = sqlite_url(tmp_path / "shared.db")
+    mine = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    theirs = optuna.load_study(study_name="s", storage=storage)
+    trial = mine.ask()
+    theirs.tell(trial.number, 2.0)
+    value = 1.0 if state is None else None
+    assert tell_first(mine, trial, value, state=state) is False
+    assert theirs.trials[trial.number].value == 2.0
+
+
+def test_telling_a_trial_wrongly_still_raises(tmp_path: Path) -> None:
+    study = optuna.create_study(storage=sqlite_url(tmp_path / "s.db"), direction="maximize")
+    with pytest.raises(ValueError, match="state"):
+        tell_first(study, study.ask(), state=TrialState.WAITING)
