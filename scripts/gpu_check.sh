@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The checks that need an NVIDIA GPU, in one run (a few minutes): what the machine has, then
 # tests/gpu (each test skips, saying why, where a runtime it needs is missing), with the
-# outcome summarised at the end. Run from the repository root on the GPU machine:
+# outcome summarised at the end, then a short tuning of resnet18 under a 50 ms p95 budget with
+# every precision (those this machine cannot run are reported with the reason and left out;
+# nothing is written back: the report goes to ${OUT:-/tmp}/gpu_tune). Run from the repository
+# root on the GPU machine:
 #
 #   bash scripts/gpu_check.sh [WHEELS]
 #
@@ -36,6 +39,13 @@ PY
     echo "== the models tests/gpu serves"
     "$PYTHON" scripts/build_model_repository.py --models simple,digits
     echo "== tests/gpu"
-    "$PYTHON" -m pytest tests/gpu -ra -p no:cacheprovider --timeout 300
+    "$PYTHON" -m pytest tests/gpu -ra -s -p no:cacheprovider --timeout 300
+    tests=$?
+    echo "== a short tuning of resnet18, every precision"
+    "$PYTHON" scripts/build_model_repository.py --models resnet18
+    "$PYTHON" -m tuner --latency-p95 50ms -m resnet18 --time-budget 4m --dry-run \
+        --precision fp32,fp16,int8,trt_fp16,trt_int8,plan_fp16,plan_int8 \
+        --report-dir "${OUT:-/tmp}/gpu_tune"
+    exit "$tests"
 } 2>&1 | tee "$log"
 exit "${PIPESTATUS[0]}"

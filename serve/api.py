@@ -10,6 +10,9 @@ nothing else of serve but `serve.cli`, which the `autotune` command mounts).
   config asks for.
 - `detect_platform()` -> `ServingPlatform`: the CPU cores, GPUs and GPU runtimes of this
   machine, as the server sees them when it places instances.
+- `tensorrt_engines_missing()`, `open_engine(path, device_id)`: what this machine lacks to run
+  TensorRT engines (model.plan), and one engine ready to run on a GPU as the tensorrt backend
+  runs it.
 - `ServeError`: what all of these raise.
 """
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -33,6 +36,9 @@ from serve.errors import ServeError
 from serve.platform import ServingPlatform, detect_platform
 from serve.repository.discovery import model_directories, prepare_config
 
+if TYPE_CHECKING:
+    from serve.backends.tensorrt.runner import EngineRunner
+
 __all__ = [
     "CONFIG_FILENAME",
     "ModelDirectory",
@@ -45,8 +51,10 @@ __all__ = [
     "execution_providers",
     "model_directories",
     "model_names",
+    "open_engine",
     "open_model_directory",
     "read_config",
+    "tensorrt_engines_missing",
     "write_config",
 ]
 
@@ -110,3 +118,25 @@ def execution_providers(
     from serve.backends import onnxruntime  # onnxruntime is loaded only when asked for
 
     return onnxruntime.execution_providers(config, kind, device_id, model_dir=model_dir)
+
+
+def tensorrt_engines_missing(platform: ServingPlatform | None = None) -> str | None:
+    """What this machine (`platform`, default the detected one) lacks to run TensorRT engines,
+    None when nothing: a GPU, the tensorrt package, a CUDA build of torch (imported only once
+    the first two are there)."""
+    from serve.backends.tensorrt.runtime import missing_runtime
+
+    here = platform if platform is not None else detect_platform()
+    if not here.gpus:
+        return "no GPU is visible"
+    if here.tensorrt_version is None:
+        return "the tensorrt package is not installed (pip install tensorrt: docs/gpu.md)"
+    return missing_runtime()
+
+
+def open_engine(path: Path, device_id: int = 0) -> EngineRunner:
+    """The TensorRT engine in `path` on GPU `device_id`, ready to `run(feeds)`; ServeError
+    naming the file when it cannot run here."""
+    from serve.backends.tensorrt.runner import EngineRunner
+
+    return EngineRunner(path, device_id, path.name)

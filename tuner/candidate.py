@@ -3,7 +3,9 @@
 A `Candidate` holds only the tuned parameters (names below); everything else comes from the
 base config. Precision variants are separate model files named `<stem>.<precision><ext>`
 beside the original (`model.int8.onnx`), selected through `default_model_filename`; the
-TensorRT precisions are an execution-accelerator block instead (no new file).
+TensorRT precisions of onnxruntime (trt_fp16, trt_int8) are an execution-accelerator block
+instead (no new file); the TensorRT engine precisions (plan_fp16, plan_int8) are an engine file
+(`model.fp16.plan`) served by the tensorrt backend, so they switch the config's backend.
 
 A pipeline's candidate (an ensemble's composing models tuned jointly) holds the same
 parameters qualified by the model they belong to, "<model>.<parameter>"
@@ -19,6 +21,8 @@ from typing import Any
 from google.protobuf import descriptor
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as mc
+
+from tuner.precisions import FILE_PRECISIONS, PLAN_PRECISIONS, PRECISIONS, TRT_PRECISIONS
 
 ParamValue = int | bool | str | None
 
@@ -44,13 +48,11 @@ _SHORT = {
 }
 _ORDER = {name: i for i, name in enumerate(_SHORT)}
 
-FILE_PRECISIONS = ("fp16", "int8")  # precisions that are a model file of their own
-TRT_PRECISIONS = {"trt_fp16": "FP16", "trt_int8": "INT8"}
 # trt_int8's calibration table, inside the model's folder (a relative engine cache path is the
 # model folder's: the tuner places the table there, in its scratch copy and at write-back).
 TRT_TABLE_FOLDER = "tensorrt"
 TRT_TABLE_NAME = "calibration.flatbuffers"
-PRECISIONS = ("fp32", *FILE_PRECISIONS, *TRT_PRECISIONS)
+PLAN_BACKEND, PLAN_PLATFORM, PLAN_EXTENSION = "tensorrt", "tensorrt_plan", "plan"
 KINDS = {"KIND_CPU": mc.ModelInstanceGroup.KIND_CPU, "KIND_GPU": mc.ModelInstanceGroup.KIND_GPU}
 
 
@@ -170,10 +172,11 @@ def _short_value(name: str, value: ParamValue) -> str:
 
 
 def variant_filename(filename: str, precision: str) -> str:
-    """The model file a precision uses: 'model.onnx' + 'int8' -> 'model.int8.onnx'.
+    """The model file a precision uses: 'model.onnx' + 'int8' -> 'model.int8.onnx',
+    + 'plan_fp16' -> 'model.fp16.plan'.
 
     An existing precision tag is replaced, so a config already pointing at a variant maps
-    back to the original name for fp32 and the TensorRT precisions."""
+    back to the original name for fp32 and the TensorRT precisions of onnxruntime."""
     stem, dot, ext = filename.rpartition(".")
     if not dot:
         stem, ext = filename, ""
@@ -181,6 +184,8 @@ def variant_filename(filename: str, precision: str) -> str:
         stem = stem.removesuffix(f".{tag}")
     if precision in FILE_PRECISIONS:
         stem = f"{stem}.{precision}"
+    if precision in PLAN_PRECISIONS:
+        return f"{stem}.{PLAN_PRECISIONS[precision]}.{PLAN_EXTENSION}"
     return f"{stem}.{ext}" if ext else stem
 
 
@@ -246,6 +251,9 @@ def _apply_precision(config: mc.ModelConfig, precision: str) -> None:
         raise ValueError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
     accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
     existing = next((a for a in accelerators if a.name == "tensorrt"), None)
+    if precision in PLAN_PRECISIONS:
+        _apply_plan(config, precision)
+        return
     if precision in TRT_PRECISIONS:
         # The config's own tensorrt entry keeps its other parameters (workspace size...).
         accel = existing if existing is not None else accelerators.add(name="tensorrt")
@@ -268,8 +276,26 @@ def _apply_precision(config: mc.ModelConfig, precision: str) -> None:
         config.default_model_filename = filename
 
 
+def _apply_plan(config: mc.ModelConfig, precision: str) -> None:
+    """The engine file on the tensorrt backend: onnxruntime's own settings (its thread count,
+    its TensorRT provider) go, they mean nothing there."""
+    current = config.default_model_filename or "model.onnx"
+    config.default_model_filename = variant_filename(current, precision)
+    config.platform = PLAN_PLATFORM
+    config.backend = PLAN_BACKEND
+    config.optimization.ClearField("execution_accelerators")
+    if THREAD_COUNT in config.parameters:
+        del config.parameters[THREAD_COUNT]
+
+
 def config_precision(config: mc.ModelConfig) -> str:
-    """The precision a config serves: a TensorRT precision_mode, else the model file's tag."""
+    """The precision a config serves: a tuner-built engine's tag, a TensorRT precision_mode,
+    else the model file's tag."""
+    if config.backend == PLAN_BACKEND or config.platform == PLAN_PLATFORM:
+        for precision, tag in PLAN_PRECISIONS.items():
+            if config.default_model_filename.endswith(f".{tag}.{PLAN_EXTENSION}"):
+                return precision
+        return "fp32"
     for accel in config.optimization.execution_accelerators.gpu_execution_accelerator:
         if accel.name == "tensorrt":
             mode = accel.parameters.get("precision_mode", "FP32").upper()

@@ -28,6 +28,7 @@ from tuner.defaults import (
 from tuner.duration import Duration
 from tuner.mix_spec import EXAMPLE as MIX_EXAMPLE
 from tuner.mix_spec import TrafficMix, TrafficMixError, parse_traffic_mix
+from tuner.precisions import PRECISIONS
 
 
 def _traffic_mix(
@@ -50,7 +51,7 @@ def _traffic_mix(
 
 def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
     names = tuple(p.strip().lower() for p in value.split(",") if p.strip())
-    known = ("fp32", "fp16", "int8", "trt_fp16", "trt_int8")
+    known = PRECISIONS
     unknown = [p for p in names if p not in known]
     if not names or unknown:
         raise click.BadParameter(
@@ -190,7 +191,9 @@ class _LazyGroup(click.Group):
     callback=_precisions,
     default="fp32,fp16,int8",
     show_default=True,
-    help="Precisions to try (comma-separated).",
+    help="Precisions to try (comma-separated): fp32, fp16 and int8 model files; on a GPU, "
+    "trt_fp16 / trt_int8 (onnxruntime's TensorRT provider) and plan_fp16 / plan_int8 "
+    "(TensorRT engines on the tensorrt backend).",
 )
 @click.option(
     "--max-accuracy-drop",

@@ -142,15 +142,9 @@ def fingerprint_of(
     }
 
 
-def model_space(
-    options: TuneOptions,
-    config: mc.ModelConfig,
-    model_path: Path,
-    platform: Platform,
-    precisions: tuple[str, ...],
-) -> SearchSpace:
-    """The model's search space. max_batch_size goes up to what the model accepts (its
-    graph's batch dimension, not the config, which an earlier run may have lowered), at most
+def batch_cap(options: TuneOptions, config: mc.ModelConfig, model_path: Path) -> int:
+    """The largest max_batch_size the search tries: what the model accepts (its graph's batch
+    dimension, not the config, which an earlier run may have lowered), at most
     `max_batch_size_cap`; `options.space.max_batch_cap`, when set, narrows it further."""
     accepted = accepted_batch_size(config, model_path)
     cap = (
@@ -160,6 +154,17 @@ def model_space(
     )
     if options.space.max_batch_cap is not None:
         cap = min(cap, options.space.max_batch_cap)
+    return cap
+
+
+def model_space(
+    options: TuneOptions,
+    config: mc.ModelConfig,
+    model_path: Path,
+    platform: Platform,
+    precisions: tuple[str, ...],
+) -> SearchSpace:
+    """The model's search space, max_batch_size up to `batch_cap`."""
     return build_space(
         config,
         platform,
@@ -167,7 +172,7 @@ def model_space(
             options.space,
             precisions=precisions,
             latency_limit=options.budget.limit,
-            max_batch_cap=cap,
+            max_batch_cap=batch_cap(options, config, model_path),
         ),
     )
 
@@ -348,6 +353,7 @@ def prepare_model_variants(
         options.max_accuracy_drop,
         options.validation_data,
         options.cache_dir,
+        engine_max_batch=batch_cap(options, config, path) if config.max_batch_size > 0 else 0,
     )
     for variant in variants:
         hooks.note(f"{model_dir.name}: {variant.verdict}")

@@ -19,7 +19,8 @@ Built from the model's own config and the platform, with these rules:
   core count, and the core count itself.
 - onnxruntime on the CPU: intra_op_thread_count from 1 up to cores // instances (powers of two
   and that bound), asked after the instance count so that threads x instances <= cores always.
-- onnxruntime: precision from the caller's list; trt_* only where TensorRT is available.
+- onnxruntime: precision from the caller's list; trt_* only where onnxruntime has TensorRT,
+  plan_* (engines on the tensorrt backend) only where the tensorrt backend can run them.
 - The model's current values join these sets where they are valid, so its own config is
   usually a point of the space (`as_written`); values that are not are snapped to the nearest
   for the search's starting point (`default_candidate`), while the config as written is
@@ -38,13 +39,14 @@ from typing import Any, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.api import ServingPlatform, backend_name, detect_platform
+from serve.api import ServingPlatform, backend_name, detect_platform, tensorrt_engines_missing
 from tuner.candidate import (
     DYNAMIC_BATCHING,
     INSTANCE_COUNT,
     INSTANCE_KIND,
     MAX_BATCH_SIZE,
     MAX_QUEUE_DELAY,
+    PLAN_PRECISIONS,
     PRECISION,
     PRECISIONS,
     PREFERRED_BATCH_SIZE,
@@ -76,14 +78,17 @@ class Platform:
     gpu: bool = False
     tensorrt: bool = False
     gpu_names: tuple[str, ...] = ()  # as the reports name the machine
+    tensorrt_engines: bool = False  # the tensorrt backend can run engines (plan_* precisions)
 
     @classmethod
     def detect(cls, serving: ServingPlatform | None = None) -> Platform:
         """This machine as the server sees it (`serve.api.detect_platform()`): GPU instances
-        where onnxruntime can run on a GPU here, TensorRT precisions where it has TensorRT."""
+        where onnxruntime can run on a GPU here, trt_* precisions where onnxruntime has
+        TensorRT, plan_* precisions where the tensorrt backend can run engines."""
         here = serving if serving is not None else detect_platform()
         names = tuple(gpu.name for gpu in here.gpus)
-        return cls(here.cpu_count, here.onnxruntime_cuda, here.onnxruntime_tensorrt, names)
+        engines = tensorrt_engines_missing(here) is None
+        return cls(here.cpu_count, here.onnxruntime_cuda, here.onnxruntime_tensorrt, names, engines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +382,12 @@ def _precisions(requested: Sequence[str], platform: Platform) -> tuple[str, ...]
         raise ValueError(
             f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})"
         )
-    allowed = [p for p in dict.fromkeys(requested) if p not in TRT_PRECISIONS or platform.tensorrt]
+    allowed = [
+        p
+        for p in dict.fromkeys(requested)
+        if (p not in TRT_PRECISIONS or platform.tensorrt)
+        and (p not in PLAN_PRECISIONS or platform.tensorrt_engines)
+    ]
     if not allowed:
         raise ValueError(f"none of the precisions {', '.join(requested)} runs on this platform")
     return tuple(allowed)

@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from serve.config.model_config import read_config_file
 from serve.platform import detect_platform
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.server_process import serving
+from tuner.precision import PrecisionVariant, prepare_variants
+from tuner.precision.tensorrt_engine import build_engine
 
 HERE = detect_platform()
 needs_gpu = pytest.mark.skipif(not HERE.gpus, reason="no NVIDIA GPU visible (NVML found none)")
@@ -233,22 +236,10 @@ needs_tensorrt = pytest.mark.skipif(
 
 
 def _build_digits_plan(target: Path) -> None:
-    """digits' ONNX file as a TensorRT engine, batch 1..16 (the builder's own API)."""
-    import tensorrt as trt
-
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    network = builder.create_network(0)
-    parser = trt.OnnxParser(network, logger)
-    source = (BUNDLED_REPOSITORY / "digits" / "1" / "model.onnx").read_bytes()
-    assert parser.parse(source), [parser.get_error(i) for i in range(parser.num_errors)]
-    build = builder.create_builder_config()
-    profile = builder.create_optimization_profile()
-    profile.set_shape("input", (1, 1, 8, 8), (8, 1, 8, 8), (16, 1, 8, 8))
-    build.add_optimization_profile(profile)
-    plan = builder.build_serialized_network(network, build)
-    assert plan is not None, "TensorRT did not build the engine"
-    target.write_bytes(bytes(plan))
+    """digits' ONNX file as an FP16 TensorRT engine, batch 1..16, by the tuner's builder."""
+    config = read_config_file(BUNDLED_REPOSITORY / "digits" / "config.pbtxt")
+    source = BUNDLED_REPOSITORY / "digits" / "1" / "model.onnx"
+    build_engine(source, target, "plan_fp16", config, 16)
 
 
 @needs_tensorrt
@@ -270,3 +261,29 @@ def test_a_tensorrt_engine_is_served_with_its_config_completed(tmp_path: Path) -
             client.infer("digits_plan", [too_big])
     assert config["max_batch_size"] == 16 and config["backend"] == "tensorrt"
     np.testing.assert_allclose(logits, _cpu_logits(images), rtol=1e-2, atol=1e-3)
+
+
+@needs_tensorrt
+def test_the_tuner_builds_engines_that_pass_the_accuracy_guard(tmp_path: Path) -> None:
+    model_dir = BUNDLED_REPOSITORY / "digits"
+    config = read_config_file(model_dir / "config.pbtxt")
+    source = model_dir / "1" / "model.onnx"
+
+    def prepare() -> list[PrecisionVariant]:
+        return prepare_variants(
+            model_dir,
+            config,
+            source,
+            ["plan_fp16", "plan_int8"],
+            0.05,
+            None,
+            tmp_path,
+            engine_max_batch=64,
+        )
+
+    variants = prepare()
+    for variant in variants:
+        assert variant.usable, variant.verdict
+        assert variant.model_path is not None and variant.model_path.suffix == ".plan"
+        print(f"{variant.verdict}; built in {variant.build_seconds:.1f} s; {variant.method}")
+    assert all(v.cached for v in prepare())

@@ -13,7 +13,6 @@ from tuner.precision.validation import ValidationSet, load_validation_inputs
 from tuner.precision.variants import (
     DEFAULT_VALIDATION_COUNT,
     PRECISIONS,
-    TENSORRT_VARIANTS,
     PrecisionVariant,
     is_onnx_model,
     prepare_variants,
@@ -23,7 +22,6 @@ __all__ = [
     "DEFAULT_CACHE_DIR",
     "DEFAULT_VALIDATION_COUNT",
     "PRECISIONS",
-    "TENSORRT_VARIANTS",
     "AccuracyCheck",
     "GraphSummary",
     "Int8Method",

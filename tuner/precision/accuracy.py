@@ -107,8 +107,14 @@ def run_outputs(
         raise PrecisionError(
             f"{model_path.name} does not run in onnxruntime on the validation inputs: {exc}"
         ) from None
-    join = np.concatenate if validation.batched else np.stack
-    return {name: join([r[i] for r in results]) for i, name in enumerate(names)}
+    runs = [dict(zip(names, result, strict=True)) for result in results]
+    return collect_outputs(runs, names, validation.batched)
+
+
+def collect_outputs(runs: Sequence[Outputs], names: Sequence[str], batched: bool) -> Outputs:
+    """Each output over all runs, rows first (batched runs are joined, single ones stacked)."""
+    join = np.concatenate if batched else np.stack
+    return {name: join([run[name] for run in runs]) for name in names}
 
 
 def check_accuracy(

@@ -10,12 +10,20 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.api import ServeError, execution_providers
+from serve.api import (
+    ServeError,
+    detect_platform,
+    execution_providers,
+    open_engine,
+    tensorrt_engines_missing,
+)
 from tuner.candidate import PRECISION, Candidate, apply
 from tuner.precision.accuracy import (
     AccuracyCheck,
     Outputs,
     check_accuracy,
+    collect_outputs,
+    judge,
     output_specs,
     run_outputs,
 )
@@ -43,12 +51,12 @@ from tuner.precision.tensorrt_calibration import (
     build_calibration_table,
     table_location,
 )
+from tuner.precision.tensorrt_engine import build_engine, engine_method
 from tuner.precision.validation import ValidationSet, load_validation_inputs
+from tuner.precisions import PLAN_PRECISIONS, PRECISIONS, TRT_PRECISIONS
 
 log = logging.getLogger("tuner.precision")
 
-TENSORRT_VARIANTS = {"trt_fp16": "fp16", "trt_int8": "int8"}  # config-only, GPU
-PRECISIONS = ("fp32", "fp16", "int8", *TENSORRT_VARIANTS)
 DEFAULT_VALIDATION_COUNT = 256
 CALIBRATION_COUNT = 128  # static int8 calibrates on the first ones (~5 s for ResNet-18 here)
 FP32_METHOD = "the model file as it is"
@@ -58,9 +66,9 @@ FP32_METHOD = "the model file as it is"
 class PrecisionVariant:
     """One precision of a model, ready to serve or excluded with the reason.
 
-    `model_path` is the file to serve (the source file for fp32 and the TensorRT precisions,
-    which are a config change; None when `error` is set); trt_int8 also has its
-    `calibration_table`.
+    `model_path` is the file to serve (the source file for fp32 and the TensorRT precisions
+    of onnxruntime, which are a config change; the engine for plan_fp16 / plan_int8; None when
+    `error` is set); trt_int8 also has its `calibration_table`.
     `accuracy` is None for fp32. `build_seconds` is the time this call spent building (0 when
     `cached`). A variant is `usable` when it was built and passed the accuracy guard.
     """
@@ -117,6 +125,7 @@ def prepare_variants(
     *,
     count: int = DEFAULT_VALIDATION_COUNT,
     threads: int = 0,
+    engine_max_batch: int = 0,
 ) -> list[PrecisionVariant]:
     """The requested precisions of the model at `model_path`, in the order asked.
 
@@ -127,8 +136,11 @@ def prepare_variants(
     precision, calibration data) in `cache_dir`. Each reduced precision is compared with the
     FP32 model on up to `count` validation inputs (`load_validation_inputs`; static int8
     calibrates on the first `CALIBRATION_COUNT`), run with `threads` onnxruntime threads
-    (0: all cores). A variant that cannot be built or run carries `error`; one beyond
-    `max_accuracy_drop` carries a failed `accuracy`. Models that are not ONNX get fp32 only;
+    (0: all cores). plan_fp16 and plan_int8 are TensorRT engines built on this machine's GPU
+    (`tensorrt_engine.py`) for batches up to `engine_max_batch` (0: the config's
+    max_batch_size), cached per TensorRT version and GPU, checked by running them. A variant
+    that cannot be built or run carries `error`; one beyond `max_accuracy_drop` carries a
+    failed `accuracy`. Models that are not ONNX get fp32 only;
     their other precisions carry an error saying so. Raises PrecisionError for an unknown
     precision, an unreadable model file or unreadable validation data (the user's to fix).
     """
@@ -153,6 +165,7 @@ def prepare_variants(
         source_sha256=model_sha256(model_path),
         limit=max_accuracy_drop,
         threads=threads,
+        engine_max_batch=engine_max_batch or max(config.max_batch_size, 0),
     )
     try:
         reference = run_outputs(model_path, validation, [s.name for s in context.specs], threads)
@@ -173,11 +186,14 @@ class _Context:
     source_sha256: str
     limit: float
     threads: int
+    engine_max_batch: int
 
 
 def _reduced(precision: str, context: _Context, reference: Outputs) -> PrecisionVariant:
-    if precision in TENSORRT_VARIANTS:
+    if precision in TRT_PRECISIONS:
         return _tensorrt(precision, context, reference)
+    if precision in PLAN_PRECISIONS:
+        return _engine(precision, context, reference)
     try:
         method, calibration, build = _plan(precision, context)
         key = VariantKey(context.source_sha256, precision, method, calibration)
@@ -208,7 +224,7 @@ def _tensorrt(precision: str, context: _Context, reference: Outputs) -> Precisio
             "TensorRT is not available: it needs a GPU and onnxruntime-gpu with its "
             "TensorrtExecutionProvider (docs/gpu.md)",
         )
-    mode = TENSORRT_VARIANTS[precision]
+    mode = TRT_PRECISIONS[precision]
     table: Path | None = None
     build_seconds = 0.0
     try:
@@ -236,7 +252,7 @@ def _tensorrt(precision: str, context: _Context, reference: Outputs) -> Precisio
             )
     except (PrecisionError, ServeError) as exc:
         return _failed(precision, str(exc))
-    method = f"TensorRT precision_mode {mode.upper()} (a config change; same model file)"
+    method = f"TensorRT precision_mode {mode} (a config change; same model file)"
     if table is not None:
         method = f"{TABLE_METHOD} (a config change and a table; same model file)"
     return PrecisionVariant(
@@ -247,6 +263,66 @@ def _tensorrt(precision: str, context: _Context, reference: Outputs) -> Precisio
         method=method,
         calibration_table=table,
     )
+
+
+def _engine(precision: str, context: _Context, reference: Outputs) -> PrecisionVariant:
+    missing = tensorrt_engines_missing()
+    if missing is not None:
+        return _failed(
+            precision,
+            "a TensorRT engine needs a GPU, the tensorrt package and a CUDA build of torch: "
+            f"{missing} (docs/gpu.md)",
+        )
+    platform = detect_platform()
+    method = engine_method(
+        precision,
+        platform.tensorrt_version or "?",
+        platform.gpus[0].name,
+        context.engine_max_batch,
+    )
+    try:
+        source, calibration, seconds = context.model_path, None, 0.0
+        if precision == "plan_int8":  # the engine takes its scales from the QDQ model
+            _, calibration, build_qdq = _static_int8(context)
+            key = VariantKey(context.source_sha256, "int8", STATIC_METHOD, calibration)
+            qdq = context.cache.get_or_build(key, build_qdq)
+            source, seconds = qdq.path, qdq.seconds
+        key = VariantKey(context.source_sha256, precision, method, calibration)
+        built = context.cache.get_or_build(
+            key,
+            lambda target: build_engine(
+                source, target, precision, context.config, context.engine_max_batch
+            ),
+            ".plan",
+        )
+        log.info("%s engine %s (%s)", precision, built.path, "cached" if built.cached else "built")
+        outputs = _engine_outputs(built.path, context)
+        accuracy = judge(
+            precision, context.specs, reference, outputs, context.validation, context.limit
+        )
+    except (PrecisionError, ServeError) as exc:
+        return _failed(precision, str(exc))
+    except Exception as exc:  # TensorRT and the quantizer raise many unrelated types
+        return _failed(precision, f"building it failed: {type(exc).__name__}: {exc}")
+    return PrecisionVariant(
+        precision,
+        built.path,
+        accuracy,
+        seconds + built.seconds,
+        method=method,
+        cached=built.cached,
+    )
+
+
+def _engine_outputs(path: Path, context: _Context) -> Outputs:
+    """Every validation sample through the engine, as the tensorrt backend runs it."""
+    runner = open_engine(path)
+    try:
+        batch = min(16, context.engine_max_batch) if context.validation.batched else 1
+        runs = [runner.run(feed).outputs for feed in context.validation.feeds(max(batch, 1))]
+    finally:
+        runner.close()
+    return collect_outputs(runs, [s.name for s in context.specs], context.validation.batched)
 
 
 def _calibration_table(context: _Context) -> tuple[Path, float]:
@@ -276,6 +352,12 @@ def _plan(precision: str, context: _Context) -> tuple[str, str | None, Callable[
         return FP16_METHOD, None, lambda target: build_fp16(source, target)
     if choose_int8_method(context.summary) is Int8Method.DYNAMIC:
         return DYNAMIC_METHOD, None, lambda target: build_int8_dynamic(source, target)
+    return _static_int8(context)
+
+
+def _static_int8(context: _Context) -> tuple[str, str, Callable[[Path], None]]:
+    """The static QDQ int8 model: (method, calibration hash, builder)."""
+    source = context.model_path
     subset = context.validation.head(CALIBRATION_COUNT)
     feeds, calibration = subset.feeds(), subset.digest()
     return STATIC_METHOD, calibration, lambda target: build_int8_static(source, target, feeds)

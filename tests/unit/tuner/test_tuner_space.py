@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
 from common.gpu import GpuDevice
-from serve.api import ServingPlatform
+from serve.api import ServingPlatform, tensorrt_engines_missing
 from serve.config.model_config import parse_config_text, read_config_file
 from serve.config.validate import validate_config
 from tests.conftest import BUNDLED_REPOSITORY
@@ -24,7 +24,7 @@ from tuner.run import TuneOptions, model_space
 from tuner.space import Platform, SpaceOptions, build_space, grid
 
 REPOSITORY = BUNDLED_REPOSITORY
-ALL_PRECISIONS = ("fp32", "fp16", "int8", "trt_fp16", "trt_int8")
+ALL_PRECISIONS = ("fp32", "fp16", "int8", "trt_fp16", "trt_int8", "plan_fp16", "plan_int8")
 
 
 def _config(model: str) -> mc.ModelConfig:
@@ -156,6 +156,32 @@ def test_variant_file_names() -> None:
     assert variant_filename("model.int8.onnx", "fp16") == "model.fp16.onnx"
     assert variant_filename("model.int8.onnx", "fp32") == "model.onnx"
     assert variant_filename("model.onnx", "trt_fp16") == "model.onnx"
+    assert variant_filename("model.onnx", "plan_fp16") == "model.fp16.plan"
+    assert variant_filename("model.int8.onnx", "plan_int8") == "model.int8.plan"
+
+
+def test_an_engine_precision_moves_the_model_to_the_tensorrt_backend() -> None:
+    base = _config("resnet18")
+    base.parameters["intra_op_thread_count"].string_value = "2"
+    onnxruntime_trt = apply(Candidate({"precision": "trt_fp16"}), base)
+    candidate = Candidate(
+        {"instance_count": 2, "instance_kind": "KIND_GPU", "precision": "plan_int8"}
+    )
+    for start in (base, onnxruntime_trt):
+        tuned = apply(candidate, start)
+        assert (tuned.backend, tuned.platform) == ("tensorrt", "tensorrt_plan")
+        assert tuned.default_model_filename == "model.int8.plan"
+        # onnxruntime's own settings mean nothing to the tensorrt backend
+        assert "intra_op_thread_count" not in tuned.parameters
+        assert not tuned.optimization.HasField("execution_accelerators")
+        assert tuned.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+        assert list(tuned.input) == list(base.input)
+        assert config_precision(tuned) == "plan_int8"
+        validate_config(tuned, "tuned", "resnet18")
+    assert config_precision(apply(Candidate({"precision": "plan_fp16"}), base)) == "plan_fp16"
+    diff_rows = {field: (old, new) for field, old, new in diff(base, tuned)}
+    assert diff_rows["backend"][1] == "tensorrt"
+    assert diff_rows["platform"] == (base.platform, "tensorrt_plan")
 
 
 def test_warmup_batch_sizes_follow_a_smaller_max_batch_size() -> None:
@@ -381,9 +407,16 @@ def test_tensorrt_precisions_only_where_tensorrt_runs() -> None:
     base = _config("simple")
     cpu = build_space(base, Platform(cpu_count=2), SpaceOptions(ALL_PRECISIONS))
     assert cpu.precisions == ("fp32", "fp16", "int8")
-    gpu = build_space(
-        base, Platform(cpu_count=2, gpu=True, tensorrt=True), SpaceOptions(ALL_PRECISIONS)
+    onnxruntime_trt = Platform(cpu_count=2, gpu=True, tensorrt=True)
+    assert build_space(base, onnxruntime_trt, SpaceOptions(ALL_PRECISIONS)).precisions == (
+        "fp32",
+        "fp16",
+        "int8",
+        "trt_fp16",
+        "trt_int8",
     )
+    everything = replace(onnxruntime_trt, tensorrt_engines=True)
+    gpu = build_space(base, everything, SpaceOptions(ALL_PRECISIONS))
     assert gpu.precisions == ALL_PRECISIONS
     assert gpu.instance_kind == "KIND_GPU" and gpu.thread_choices is None
     for candidate in grid(gpu):
@@ -430,3 +463,15 @@ def test_platform_is_what_the_server_can_run_on() -> None:
     cpu_only = ("CPUExecutionProvider",)
     assert Platform.detect(_serving(2, cpu_only)) == Platform(3, False, False, h200 * 2)
     assert Platform.detect(_serving(1, both[1:])) == Platform(3, True, False, h200)
+
+
+def test_engine_precisions_need_tensorrt_and_a_cuda_torch() -> None:
+    with_tensorrt = replace(
+        _serving(1, ("CUDAExecutionProvider", "CPUExecutionProvider")), tensorrt_version="10.9"
+    )
+    # This machine has neither the tensorrt module nor a CUDA build of torch, whatever the
+    # platform says: the tensorrt backend could not run an engine.
+    assert Platform.detect(with_tensorrt).tensorrt_engines is False
+    assert tensorrt_engines_missing(with_tensorrt) is not None
+    assert "tensorrt package" in (tensorrt_engines_missing(_serving(1, ())) or "")
+    assert tensorrt_engines_missing(_serving(0, ())) == "no GPU is visible"
