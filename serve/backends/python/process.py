@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -10,12 +11,31 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from serve.backends.python.channel import Channel
+from serve.backends.python.launcher import LOST_EXIT_CODE, LauncherGone, launch_stub
 
 STUB_MODULE = "serve.backends.python.stub"
-_POLL_S = 1.0  # how often a blocked receive checks that the stub is still alive
+_POLL_S = 1.0
+log = logging.getLogger(
+    "serve.python"
+)  # how often a blocked receive checks that the stub is still alive
+
+
+class ProcessHandle(Protocol):
+    """What the server needs of a stub's process: a `subprocess.Popen`, or a `ForkedProcess`."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 class StubExited(Exception):
@@ -37,6 +57,11 @@ def child_env(import_paths: Sequence[str] = ()) -> dict[str, str]:
 
 
 def exit_description(pid: int, code: int) -> str:
+    if code == LOST_EXIT_CODE:
+        return (
+            f"stub process (pid {pid}) has ended; how is unknown (the launcher that forked it "
+            "ended first)"
+        )
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -50,21 +75,31 @@ class StubProcess:
     """A running stub and the connection to it. Any thread may send; one thread at a time
     may receive."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], channel: Channel) -> None:
+    def __init__(self, proc: ProcessHandle, channel: Channel) -> None:
         self._proc = proc
         self._channel = channel
 
     @classmethod
     def start(cls, import_paths: Sequence[str] = ()) -> StubProcess:
-        """Start a stub; `import_paths` come first on its import path."""
+        """Start a stub; `import_paths` come first on its import path. A stub without paths of
+        its own is forked from the warm launcher (`launcher.py`); one with them (a model's own
+        environment, whose packages must win over the launcher's imports) starts a Python of
+        its own, as does any stub when the launcher cannot fork it."""
         ours, theirs = socket.socketpair()
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", STUB_MODULE, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=child_env(import_paths),
-            )
+            proc: ProcessHandle | None = None
+            if not import_paths:
+                try:
+                    proc = launch_stub(theirs)
+                except (LauncherGone, OSError, TimeoutError) as exc:
+                    log.warning("stub launcher unavailable (%s): starting the stub on its own", exc)
+            if proc is None:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", STUB_MODULE, str(theirs.fileno())],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    env=child_env(import_paths),
+                )
         except BaseException:
             ours.close()
             raise
