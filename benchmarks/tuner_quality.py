@@ -138,6 +138,7 @@ def run_grid(bench: Setup, minutes: float, chunk_minutes: float) -> None:
     of `chunk_minutes`, the reference candidate measured before the first and after each
     (benchmarks/grid_drift.py)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    check_grid_machine(bench)
     print(f"{bench.model}: grid of {bench.space.size} candidates, {minutes:g} min this time")
     deadline = time.monotonic() + minutes * 60
     measure_reference(bench)
@@ -148,6 +149,23 @@ def run_grid(bench: Setup, minutes: float, chunk_minutes: float) -> None:
         _grid_chunk(bench, min(left, chunk_minutes * 60))
         measure_reference(bench)
     print(f"{bench.model}: {describe_drift(load_reference(bench))}")
+
+
+def check_grid_machine(bench: Setup) -> None:
+    """A grid resumed across runs (its study in <stem>.db) must go on where it started: one
+    grid's figures are comparable only from one kind of machine. The first run records it in
+    <stem>.machine.json."""
+    here = {"cpu": _cpu_model(), "cores": usable_cpu_count()}
+    record = bench.stem.with_suffix(".machine.json")
+    if not record.is_file() or not bench.stem.with_suffix(".db").is_file():
+        write_text_atomic(record, json.dumps(here, indent=1) + "\n")
+        return
+    started = json.loads(record.read_text())
+    if started != here:
+        raise SystemExit(
+            f"{bench.stem.with_suffix('.db')}: this grid started on {started}, this machine is "
+            f"{here}; move the .db and .machine.json away to start the grid again here"
+        )
 
 
 def _grid_chunk(bench: Setup, seconds: float) -> None:
