@@ -17,8 +17,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.python.environment import execution_env_paths
-from serve.backends.python.process import child_env
+from serve.backends.python.environment import child_env, execution_env_paths
 from serve.config.tensor_completion import FoundTensor, complete_tensors
 from serve.errors import ServeError
 

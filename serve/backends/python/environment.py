@@ -8,6 +8,10 @@ packages, and its versions of packages the server also has. The Python versions 
 Archives are unpacked once per content into <tempdir>/autotune-python-envs/<sha256>: into a
 temporary sibling first, then renamed into place, so loads racing on one archive never see a
 half-unpacked folder.
+
+`child_env` is the environment every process the backend starts gets (the stub launcher, a
+stub of its own, the auto-complete helper): this package importable, a model's own
+environment first.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sys
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -126,3 +131,13 @@ def _sha256(path: Path) -> str:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def child_env(import_paths: Sequence[str] = ()) -> dict[str, str]:
+    """The server's environment, with this package importable however the server was started,
+    and `import_paths` (a model's own environment) ahead of everything else."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[3])
+    paths = (*import_paths, root, env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env

@@ -27,6 +27,7 @@ import threading
 import time
 from concurrent.futures import Future
 
+from serve.backends.python.environment import child_env
 from serve.backends.python.launcher_main import EXITED, FORKED, REPLY, REQUEST
 
 LAUNCHER_MODULE = "serve.backends.python.launcher_main"
@@ -123,7 +124,7 @@ class StubLauncher:
                 [sys.executable, "-m", LAUNCHER_MODULE, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
-                env=_launcher_env(),
+                env=child_env(),
             )
         except BaseException:
             ours.close()
@@ -243,9 +244,3 @@ def _forget(launcher: StubLauncher) -> None:
     with _shared_lock:
         if _shared is launcher:
             _shared = None
-
-
-def _launcher_env() -> dict[str, str]:
-    from serve.backends.python.process import child_env
-
-    return child_env()

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 from serve.backends.python.channel import Channel
+from serve.backends.python.environment import child_env
 from serve.backends.python.launcher import LOST_EXIT_CODE, LauncherGone, launch_stub
 
 STUB_MODULE = "serve.backends.python.stub"
@@ -44,16 +43,6 @@ class StubExited(Exception):
 
 class StubTimeout(TimeoutError):
     """The stub did not answer in time."""
-
-
-def child_env(import_paths: Sequence[str] = ()) -> dict[str, str]:
-    """The server's environment, with this package importable however the server was started,
-    and `import_paths` (a model's own environment) ahead of everything else."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[3])
-    paths = (*import_paths, root, env.get("PYTHONPATH", ""))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    return env
 
 
 def exit_description(pid: int, code: int) -> str:

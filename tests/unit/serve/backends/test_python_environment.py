@@ -13,8 +13,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.python.environment import execution_env_paths
-from serve.backends.python.process import child_env
+from serve.backends.python.environment import child_env, execution_env_paths
 from serve.errors import ErrorKind, ServeError
 from tests.support.python_envs import RUNNING_PYTHON, make_env, pack, tar_with
 
