@@ -29,17 +29,32 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from common.atomic import write_text_atomic
 from serve.api import open_model_directory
 from tuner.candidate import variant_filename
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
-from tuner.run import Hooks, prepare_model_variants
+from tuner.run import Hooks, TuneOptions, prepare_model_variants
 from tuner.server_control import TuningServer, tuning_server
+from tuner.space import SearchSpace
 
-if TYPE_CHECKING:
-    from tuner_quality import Setup
+
+class Setup(Protocol):
+    """What these functions need of tuner_quality's Setup: one model's benchmark."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def options(self) -> TuneOptions: ...
+
+    @property
+    def space(self) -> SearchSpace: ...
+
+    @property
+    def stem(self) -> Path: ...
+
 
 # Above this drift (highest / lowest reference throughput) the grid's figures are flagged.
 DRIFT_LIMIT = 1.10

@@ -366,13 +366,13 @@ def remeasure_winners(
         print("  no candidate of the grid's top held the budget live: nothing to compare")
         return
     print(f"  live optimum {live_best:,.0f} infer/s")
-    for method, key in winners.items():
-        if key is None:
+    for method, winner in winners.items():
+        if winner is None:
             print(f"  {method:<9} no winner")
-        elif key in medians:
-            print(f"  {method:<9} {medians[key] / live_best:.3f} of the live optimum ({key})")
+        elif winner in medians:
+            print(f"  {method:<9} {medians[winner] / live_best:.3f} of the live optimum ({winner})")
         else:
-            print(f"  {method:<9} its winner did not hold the budget live ({key})")
+            print(f"  {method:<9} its winner did not hold the budget live ({winner})")
 
 
 def run_live(bench: Setup, table: dict[str, Measured] | None, args: argparse.Namespace) -> None:
