@@ -25,7 +25,8 @@ from serve.http.limits import (
 )
 from serve.repository.manager import ControlMode
 from serve.restricted import API_GROUPS, RestrictedApis
-from serve.server import EndpointOptions, ServerOptions, serve_forever
+from serve.server import serve_forever
+from serve.server_options import EndpointOptions, ServerOptions
 from serve.trace.settings import parse_trace_config
 
 _PORT = click.IntRange(0, 65535)

@@ -17,7 +17,7 @@ from serve.http.limits import BodyLimit, HttpLimits
 from serve.sockets import LISTEN_BACKLOG, bind_tcp
 
 if TYPE_CHECKING:
-    from serve.server import EndpointOptions
+    from serve.server_options import EndpointOptions
 
 
 class _UvicornServer(uvicorn.Server):

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from serve.repository.manager import ControlMode
-from serve.server import ServerOptions, open_http_app
+from serve.server import open_http_app
+from serve.server_options import ServerOptions
 
 BASE_URL = "http://testserver"
 

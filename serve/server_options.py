@@ -1,0 +1,54 @@
+"""The server's options, as `autotune serve`'s flags set them (serve/cli.py) and the server
+runs with them (serve/server.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serve.grpc.limits import GrpcLimits
+from serve.http.limits import HttpLimits
+from serve.repository.manager import ControlMode
+from serve.restricted import RestrictedApis
+from serve.trace.settings import DEFAULTS, TraceValues
+
+
+@dataclass(slots=True)
+class EndpointOptions:
+    enabled: bool
+    address: str
+    port: int  # 0: a free port (the "Started ..." log line names it)
+
+
+@dataclass(slots=True)
+class ServerOptions:
+    model_repository: Path
+    http: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8000))
+    grpc: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8001))
+    metrics: EndpointOptions = field(
+        default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8002)
+    )
+    # message size, calls per connection, connections; grpcio's own default receive limit
+    # (4 MiB) would refuse a batch of a few images, Triton's clients send up to 2 GiB - 1
+    grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
+    # "native": gRPC framed on asyncio (serve.grpc.http2), ~3x grpcio's server here;
+    # "grpcio": grpcio's own server (grpc.aio).
+    grpc_front_end: str = "native"
+    # "native": HTTP/1.1 on asyncio.Protocol + httptools (serve.http.native), the infer route
+    # answered from the DataPlane's callback; "uvicorn": the ASGI app under uvicorn.
+    http_front_end: str = "native"
+    http_limits: HttpLimits = field(
+        default_factory=HttpLimits
+    )  # request size, read timeout, connections
+    # APIs callers reach only with a key (--http-restricted-api, --grpc-restricted-protocol)
+    http_restricted: RestrictedApis = field(default_factory=RestrictedApis)
+    grpc_restricted: RestrictedApis = field(default_factory=RestrictedApis)
+    server_id: str = "autotune"  # the name in server metadata (tritonserver --id)
+    control_mode: ControlMode = ControlMode.NONE
+    load_models: list[str] = field(default_factory=list)
+    poll_seconds: float = 15.0
+    exit_on_error: bool = False
+    strict_readiness: bool = True
+    log_verbose: int = 0
+    log_file: str = ""  # "" : stderr (tritonserver --log-file)
+    trace: TraceValues = DEFAULTS  # the global trace settings (tritonserver --trace-config)
