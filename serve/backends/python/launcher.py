@@ -155,8 +155,15 @@ class StubLauncher:
             with self._lock:
                 self._pending.pop(request_id, None)
             raise LauncherGone(f"the stub launcher is not answering: {exc}") from None
-        pid = forked.result(timeout=_START_TIMEOUT_S)  # LauncherGone when it died meanwhile
+        try:
+            pid = forked.result(timeout=_START_TIMEOUT_S)  # LauncherGone if it died meanwhile
+        except BaseException:
+            with self._lock:
+                self._pending.pop(request_id, None)
+            raise
         with self._lock:
+            # Still pending until registered: the launcher does not end under a launch.
+            self._pending.pop(request_id, None)
             child = ForkedProcess(pid, self)
             self._children[pid] = child
             code = self._early_exits.pop(pid, None)
@@ -196,8 +203,8 @@ class StubLauncher:
                 kind, first, second = REPLY.unpack(message)
                 if kind == FORKED:
                     with self._lock:
-                        future = self._pending.pop(first, None)
-                    if future is not None:
+                        future = self._pending.get(first)
+                    if future is not None and not future.done():
                         future.set_result(second)
                 elif kind == EXITED:
                     self._exited(first, second)
@@ -220,7 +227,8 @@ class StubLauncher:
             pending = list(self._pending.values())
             self._pending.clear()
         for future in pending:
-            future.set_exception(LauncherGone("the stub launcher ended before forking the stub"))
+            if not future.done():
+                future.set_exception(LauncherGone("the stub launcher ended before forking it"))
 
 
 _shared: StubLauncher | None = None

@@ -74,21 +74,35 @@ class StubProcess:
         its own is forked from the warm launcher (`launcher.py`); one with them (a model's own
         environment, whose packages must win over the launcher's imports) starts a Python of
         its own, as does any stub when the launcher cannot fork it."""
+        if not import_paths:
+            try:
+                return cls._forked()
+            except (LauncherGone, OSError, TimeoutError) as exc:
+                log.warning("stub launcher unavailable (%s): starting the stub on its own", exc)
+        return cls._spawned(import_paths)
+
+    @classmethod
+    def _forked(cls) -> StubProcess:
         ours, theirs = socket.socketpair()
         try:
-            proc: ProcessHandle | None = None
-            if not import_paths:
-                try:
-                    proc = launch_stub(theirs)
-                except (LauncherGone, OSError, TimeoutError) as exc:
-                    log.warning("stub launcher unavailable (%s): starting the stub on its own", exc)
-            if proc is None:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", STUB_MODULE, str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),),
-                    stdin=subprocess.DEVNULL,
-                    env=child_env(import_paths),
-                )
+            proc = launch_stub(theirs)
+        except BaseException:
+            ours.close()  # a stub forked late finds its server gone and ends
+            raise
+        finally:
+            theirs.close()
+        return cls(proc, Channel(ours.detach()))
+
+    @classmethod
+    def _spawned(cls, import_paths: Sequence[str]) -> StubProcess:
+        ours, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", STUB_MODULE, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=child_env(import_paths),
+            )
         except BaseException:
             ours.close()
             raise

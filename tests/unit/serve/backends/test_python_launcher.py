@@ -13,7 +13,9 @@ import psutil
 import pytest
 
 import serve.backends.python.launcher as launcher
+import serve.backends.python.process as process
 from serve.backends.python.process import StubExited, StubProcess, exit_description
+from serve.backends.python.protocol import Probe, ProbeResult
 
 
 def _launcher_pids() -> set[int]:
@@ -99,3 +101,18 @@ def test_when_the_launcher_dies_its_stubs_still_stop_and_the_next_stub_gets_a_ne
 def test_a_lost_exit_code_is_said_plainly() -> None:
     text = exit_description(42, launcher.LOST_EXIT_CODE)
     assert text.startswith("stub process (pid 42) has ended; how is unknown")
+
+
+def test_without_a_launcher_the_stub_starts_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unavailable(_socket: object) -> None:
+        raise launcher.LauncherGone("the stub launcher has ended")
+
+    monkeypatch.setattr(process, "launch_stub", unavailable)
+    stub = StubProcess.start()
+    try:
+        assert _parent(stub.pid) == os.getpid()
+        stub.send(Probe(1))  # before any model: answered, as not ready
+        answer = stub.recv(timeout_s=30)
+        assert isinstance(answer, ProbeResult) and answer.probe_id == 1
+    finally:
+        stub.stop(5)
