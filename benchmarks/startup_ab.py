@@ -1,0 +1,120 @@
+"""Start-up of this checkout against another revision, interleaved: launch to ready, and the CPU
+the server's process tree spent by then.
+
+    python benchmarks/startup_ab.py [--base HEAD~1] [--repository model_repository] [--rounds 8]
+
+The base revision is checked out in a temporary git worktree; each server runs its own code
+(the console script from its own folder, that folder first on the import path) on the same
+repository, free 127.0.0.1 ports, the clock and readiness as benchmarks/startup.py has them.
+Rounds alternate which goes first. Prints each start, then per side the median [range] of the
+seconds to ready and of the CPU seconds, and the ratios this / base per round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from peer import free_port, wait_until_ready
+from startup import POLL_INTERVAL_S, READY_TIMEOUT_S, ours_command
+
+from common.serve_process import die_with_parent, stop_serve_process
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_once(code: Path, repository: Path, log: Path) -> tuple[float, float]:
+    """(seconds to ready, CPU seconds of the server's process tree at ready) of the server whose
+    code is in `code`."""
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(code))
+    with log.open("wb") as out:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            ours_command(repository, port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=code,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
+    try:
+        wait_until_ready(process, f"127.0.0.1:{port}", log, READY_TIMEOUT_S, POLL_INTERVAL_S)
+        seconds = time.perf_counter() - started
+        return seconds, _tree_cpu(process.pid)
+    finally:
+        stop_serve_process(process)
+
+
+def _tree_cpu(pid: int) -> float:
+    root = psutil.Process(pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _describe(values: list[float], unit: str = "") -> str:
+    return f"{statistics.median(values):.2f}{unit} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="HEAD~1", help="the revision to compare with")
+    parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
+    parser.add_argument("--rounds", type=int, default=8)
+    args = parser.parse_args()
+    repository = args.repository.resolve()
+    base_rev = (
+        subprocess.run(
+            ["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .strip()
+    )
+    with tempfile.TemporaryDirectory(prefix="startup-ab-") as scratch:
+        base = Path(scratch) / "base"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(base), base_rev],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        try:
+            sides = {"this checkout": ROOT, f"base {base_rev}": base}
+            seconds: dict[str, list[float]] = {name: [] for name in sides}
+            cpu: dict[str, list[float]] = {name: [] for name in sides}
+            for round_number in range(args.rounds):
+                order = list(sides.items())
+                if round_number % 2:
+                    order.reverse()
+                for name, code in order:
+                    wall, used = start_once(code, repository, Path(scratch) / "server.log")
+                    seconds[name].append(wall)
+                    cpu[name].append(used)
+                    print(f"#{round_number + 1} {name}: ready in {wall:.2f} s, CPU {used:.2f} s")
+            this, other = list(sides)
+            for name in sides:
+                ready, used = _describe(seconds[name], " s"), _describe(cpu[name], " s")
+                print(f"{name}: ready {ready}, CPU {used}")
+            for label, values in (("ready", seconds), ("CPU", cpu)):
+                ratios = [a / b for a, b in zip(values[this], values[other], strict=True)]
+                print(f"{label} {this} / {other}: {_describe(ratios)}")
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False
+            )
+
+
+if __name__ == "__main__":
+    main()
