@@ -40,10 +40,12 @@ from benchmarks/model_analyzer_side.py and go beside these in docs/tuner.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import platform
 import shutil
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -182,6 +184,51 @@ def _grid_chunk(bench: Setup, seconds: float) -> None:
         evaluation=replace(bench.options.evaluation, prune=False),
     )
     tune_model(options, bench.model, options.time_budget, Hooks())
+
+
+def forget_grid_trials(bench: Setup, start: datetime, end: datetime) -> None:
+    """Grid trials whose run overlapped [start, end] lose their outcome (state FAIL, user
+    attribute "forgotten" naming the window), so that the grid measures those candidates again.
+    Optuna has no call for changing a finished trial: this edits the SQLite study directly,
+    with no grid running on it."""
+    database = bench.stem.with_suffix(".db")
+    if not database.is_file():
+        raise SystemExit(f"{database}: no grid study to forget trials of")
+    naive = [t.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ") for t in (start, end)]
+    note = json.dumps(f"ran during {start.isoformat()}/{end.isoformat()}")
+    with contextlib.closing(sqlite3.connect(database)) as db, db:
+        ids = [
+            row[0]
+            for row in db.execute(
+                "SELECT trials.trial_id FROM trials JOIN studies USING (study_id) "
+                "WHERE studies.study_name = ? AND trials.datetime_start <= ? "
+                "AND COALESCE(trials.datetime_complete, ?) >= ?",
+                (bench.grid_study, naive[1], naive[1], naive[0]),
+            )
+        ]
+        marks = ",".join("?" * len(ids))
+        if ids:
+            db.execute(f"UPDATE trials SET state = 'FAIL' WHERE trial_id IN ({marks})", ids)
+            db.execute(f"DELETE FROM trial_values WHERE trial_id IN ({marks})", ids)
+            db.execute(
+                f"DELETE FROM trial_user_attributes WHERE key = ? AND trial_id IN ({marks})",
+                [OUTCOME, *ids],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO trial_user_attributes (trial_id, key, value_json) "
+                "VALUES (?, 'forgotten', ?)",
+                [(trial_id, note) for trial_id in ids],
+            )
+    print(f"{bench.model}: {len(ids)} grid trials of {start:%H:%M:%S}-{end:%H:%M:%S} forgotten")
+
+
+def _window(text: str) -> tuple[datetime, datetime]:
+    try:
+        start, end = (datetime.fromisoformat(part) for part in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--grid-forget {text!r}: give START/END as ISO times") from None
+    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
+    return start, end
 
 
 @dataclass(frozen=True)
@@ -407,6 +454,14 @@ def main() -> None:
         default=4.0,
         help="the reference candidate is measured again after each chunk this long",
     )
+    parser.add_argument(
+        "--grid-forget",
+        action="append",
+        default=[],
+        metavar="START/END",
+        help="UTC times (2026-12-03T06:11:30/2026-12-03T06:19:45): the grid trials that ran "
+        "during them are measured again (the machine was busy with other work); repeatable",
+    )
     parser.add_argument("--methods", default=",".join(m for m in METHODS if m != "grid"))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--share", type=float, default=0.15, help="trials / grid size at most")
@@ -424,6 +479,8 @@ def main() -> None:
             shutil.copytree(ROOT / "model_repository" / model, repository / model)
             bench = setup(model, args, repository, Path(scratch))
             grid = load_grid_json(bench)
+            for window in args.grid_forget:
+                forget_grid_trials(bench, *_window(window))
             if grid is None and args.grid_minutes:
                 run_grid(bench, args.grid_minutes, args.grid_chunk_minutes)
                 measured = grid_table(bench)
