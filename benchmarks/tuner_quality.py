@@ -56,7 +56,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import optuna
-from grid_drift import describe_drift, drift, live_model, load_reference, measure_reference
+from grid_drift import (
+    describe_drift,
+    drift,
+    live_model,
+    load_reference,
+    measure_reference,
+    reference_path,
+)
 from peer import median_range
 
 from common.atomic import write_text_atomic
@@ -219,7 +226,14 @@ def forget_grid_trials(bench: Setup, start: datetime, end: datetime) -> None:
                 "VALUES (?, 'forgotten', ?)",
                 [(trial_id, note) for trial_id in ids],
             )
-    print(f"{bench.model}: {len(ids)} grid trials of {start:%H:%M:%S}-{end:%H:%M:%S} forgotten")
+    references = load_reference(bench)
+    kept = [r for r in references if not start <= datetime.fromisoformat(str(r["time"])) <= end]
+    if len(kept) < len(references):  # the drift is the quiet machine's, not the busy one's
+        write_text_atomic(reference_path(bench), json.dumps(kept, indent=1) + "\n")
+    print(
+        f"{bench.model}: {len(ids)} grid trials and {len(references) - len(kept)} reference "
+        f"measurements of {start:%H:%M:%S}-{end:%H:%M:%S} forgotten"
+    )
 
 
 def _window(text: str) -> tuple[datetime, datetime]:
