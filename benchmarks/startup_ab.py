@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 from peer import free_port, wait_until_ready
 from startup import POLL_INTERVAL_S, READY_TIMEOUT_S, ours_command
+from usage import tree_cpu_s
 
 from common.serve_process import die_with_parent, stop_serve_process
 
@@ -47,21 +47,9 @@ def start_once(code: Path, repository: Path, log: Path) -> tuple[float, float]:
     try:
         wait_until_ready(process, f"127.0.0.1:{port}", log, READY_TIMEOUT_S, POLL_INTERVAL_S)
         seconds = time.perf_counter() - started
-        return seconds, _tree_cpu(process.pid)
+        return seconds, tree_cpu_s(process.pid)
     finally:
         stop_serve_process(process)
-
-
-def _tree_cpu(pid: int) -> float:
-    root = psutil.Process(pid)
-    total = 0.0
-    for process in [root, *root.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
 
 
 def _describe(values: list[float], unit: str = "") -> str:
@@ -105,8 +93,8 @@ def main() -> None:
                     print(f"#{round_number + 1} {name}: ready in {wall:.2f} s, CPU {used:.2f} s")
             this, other = list(sides)
             for name in sides:
-                ready, used = _describe(seconds[name], " s"), _describe(cpu[name], " s")
-                print(f"{name}: ready {ready}, CPU {used}")
+                ready_text = _describe(seconds[name], " s")
+                print(f"{name}: ready {ready_text}, CPU {_describe(cpu[name], ' s')}")
             for label, values in (("ready", seconds), ("CPU", cpu)):
                 ratios = [a / b for a, b in zip(values[this], values[other], strict=True)]
                 print(f"{label} {this} / {other}: {_describe(ratios)}")
