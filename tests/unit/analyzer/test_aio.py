@@ -3,9 +3,13 @@ loop is closed (its cleanup ran), unless the process ignores SIGINT (load worker
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
+import threading
+
+from analyzer.aio import run
 
 PROGRAM = """
 import asyncio, signal, sys
@@ -49,3 +53,17 @@ def test_sigint_cancels_the_run_after_its_cleanup() -> None:
 def test_a_process_that_ignores_sigint_runs_on() -> None:
     code, out = _interrupted("ignore", 1)
     assert code == 0 and out.split() == ["cleaned", "up", "done"]
+
+
+def test_a_run_outside_the_main_thread_has_no_signal_handling_and_still_runs() -> None:
+    # The tuner measures from worker threads: only the main thread may handle signals.
+    async def main() -> str:
+        await asyncio.sleep(0)
+        return "done"
+
+    results: list[str] = []
+    thread = threading.Thread(target=lambda: results.append(run(main())))
+    thread.start()
+    thread.join(timeout=30)
+    assert results == ["done"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
