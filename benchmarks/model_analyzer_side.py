@@ -65,7 +65,7 @@ from peer import ROOT, check_outputs, free_port, install, run_main, triton
 from python_models import ORT_TOLERANCE, build_bundled, reference, write_python_repository
 
 from common.atomic import write_text_atomic
-from common.serve_process import die_with_parent
+from common.tied_child import tied_command
 from gate.machine import describe_machine
 
 BUDGETS_MS = {"digits": 10.0, "resnet18": 150.0}
@@ -169,12 +169,11 @@ def run_profile(command: Path, config: dict[str, Any], run_dir: Path) -> float:
     # signal to it alone would leave running, so the whole group is stopped.
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(command), "profile", "-f", str(config_path)],
+            tied_command([str(command), "profile", "-f", str(config_path)]),
             cwd=run_dir,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent,
         )
     try:
         returncode = process.wait()

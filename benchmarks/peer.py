@@ -27,11 +27,11 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from common.serve_process import (
     ServeProcessError,
-    die_with_parent,
     log_tail,
     start_serve_process,
     stop_serve_process,
 )
+from common.tied_child import tied_command
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120.0
@@ -150,9 +150,7 @@ def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
     """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`; stopped on exit."""
     command = triton_command(wrapper, repository, free_port())
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
-        )
+        process = subprocess.Popen(tied_command(command), stdout=out, stderr=subprocess.STDOUT)
     try:
         lines = wait_for_lines(process, log, ["HTTPService", "GRPCInferenceService"])
         urls = {"http": lines["HTTPService"], "grpc": lines["GRPCInferenceService"]}
@@ -246,9 +244,7 @@ def perf_analyzer(
         *("-s", "20", "-r", "15"),
         *("-f", str(csv_path)),
     ]
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=600, preexec_fn=die_with_parent
-    )
+    result = subprocess.run(tied_command(command), capture_output=True, text=True, timeout=600)
     if result.returncode != 0 and UNSTABLE in result.stdout + result.stderr:
         return None
     # An interrupted perf_analyzer exits 0 without writing its CSV.

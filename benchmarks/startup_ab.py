@@ -24,7 +24,8 @@ from peer import free_port, wait_until_ready
 from startup import POLL_INTERVAL_S, READY_TIMEOUT_S, ours_command
 from usage import tree_cpu_s
 
-from common.serve_process import die_with_parent, stop_serve_process
+from common.serve_process import stop_serve_process
+from common.tied_child import tied_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +34,8 @@ def start_once(code: Path, repository: Path, log: Path) -> tuple[float, float]:
     """(seconds to ready, CPU seconds of the server's process tree at ready) of the server whose
     code is in `code`."""
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(code))
+    # A revision from before tie_to_parent ends only with the stop below.
+    env = tied_env(dict(os.environ, PYTHONPATH=str(code)))
     with log.open("wb") as out:
         started = time.perf_counter()
         process = subprocess.Popen(
@@ -42,7 +44,6 @@ def start_once(code: Path, repository: Path, log: Path) -> tuple[float, float]:
             stderr=subprocess.STDOUT,
             cwd=code,
             env=env,
-            preexec_fn=die_with_parent,
         )
     try:
         wait_until_ready(process, f"127.0.0.1:{port}", log, READY_TIMEOUT_S, POLL_INTERVAL_S)

@@ -4,7 +4,6 @@ parent."""
 
 from __future__ import annotations
 
-import ctypes
 import re
 import signal
 import subprocess
@@ -13,21 +12,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
+from common.tied_child import tied_env
+
 _STARTED = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
 GRPC_SERVICE = "GRPCInferenceService"
 
 
 class ServeProcessError(RuntimeError):
     """The server did not start; the message ends with the tail of its log."""
-
-
-def die_with_parent() -> None:
-    """In the child: ask Linux to send SIGTERM when the parent dies, even by SIGKILL, so no
-    server outlives the run that started it."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def log_tail(log_path: Path, lines: int = 20) -> str:
@@ -62,9 +54,7 @@ def start_serve_process(
         *extra,
     ]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
-        )
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=tied_env())
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         match = _STARTED.search(log_path.read_text(errors="replace"))

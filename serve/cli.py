@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from common.tied_child import tie_to_parent
 from serve.errors import ServeError
 from serve.grpc.limits import DEFAULT_MAX_CONNECTIONS as DEFAULT_GRPC_CONNECTIONS
 from serve.grpc.limits import (
@@ -278,6 +279,7 @@ def serve_command(
     log_verbose: int,
 ) -> None:
     """Serve a Triton model repository over KServe v2 HTTP and gRPC, with Prometheus metrics."""
+    tie_to_parent()  # a no-op unless a parent asked for it (the tuner, the gate, the tests)
     mode = ControlMode(model_control_mode)
     if load_models and mode != ControlMode.EXPLICIT:
         raise click.UsageError("--load-model needs --model-control-mode explicit")
