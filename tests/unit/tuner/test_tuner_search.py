@@ -491,15 +491,20 @@ def _worker(
 
 def test_a_killed_run_resumes(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path / "study.db")
-    process = _worker("optuna", storage, 10, 0.5, 0)
+    # A measurement longer than the test: the kill always lands inside it, however slowly the
+    # polling below reads the study (with 0.5 s trials a busy machine let one finish between
+    # the read and the kill, and the kill found no trial running).
+    process = _worker("optuna", storage, 10, 600, 0)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # until a trial is being measured
-        time.sleep(0.1)
-        if (tmp_path / "study.db").exists() and any(
+    while not (
+        (tmp_path / "study.db").exists()
+        and any(
             t.state == TrialState.RUNNING and "heartbeat" in t.user_attrs
             for t in _load("digits", storage)
-        ):
-            break
+        )
+    ):
+        assert time.monotonic() < deadline, "no trial was ever measured"
+        time.sleep(0.1)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert any(t.state == TrialState.RUNNING for t in _load("digits", storage))
