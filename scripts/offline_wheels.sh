@@ -27,7 +27,7 @@ trap 'rm -rf "$scratch"' EXIT
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-    "tritonclient[http,grpc]>=2.40" "fastapi>=0.110" "starlette>=0.37" \
+    "tritonclient[http,grpc]>=2.40" \
     "uvicorn[standard]>=0.29" "httptools>=0.6" "orjson>=3.9" "hpack>=4.0" \
     "pytest-timeout>=2.2"
 

@@ -1,8 +1,8 @@
 """Server lifecycle: load the repository, start the endpoints (HTTP, gRPC, metrics), drain and
 stop on SIGINT / SIGTERM.
 
-The endpoints' modules (FastAPI, the gRPC stubs, ...) are imported in a thread while the models
-load. Each endpoint is an `Endpoint`: started once the models are loaded, logged as
+The endpoints' modules (the HTTP routes, the gRPC stubs, ...) are imported in a thread while the
+models load. Each endpoint is an `Endpoint`: started once the models are loaded, logged as
 tritonserver logs it ("Started HTTPService at host:port"; launchers read the bound port from
 that line), stopped in reverse order after the signal.
 """
@@ -59,7 +59,7 @@ class Endpoint(Protocol):
 
 
 def import_front_ends(options: ServerOptions) -> None:
-    """Import the modules of the endpoints the options enable (FastAPI, the gRPC stubs, ...):
+    """Import the modules of the endpoints the options enable (HTTP routes, gRPC stubs, ...):
     `run_server` does it in a thread while the models load, which takes a good part of the
     start-up off the time to ready."""
     for module in _front_end_modules(options):

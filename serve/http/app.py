@@ -1,44 +1,37 @@
-"""KServe v2 REST with Triton's extensions: FastAPI carries the control plane, and the infer
-route is a plain ASGI handler in front of it (see `serve.http.infer_route`)."""
+"""KServe v2 REST with Triton's extensions: the control plane (health, metadata, configs,
+statistics, the repository, shared memory, trace and log settings) on `serve.http.router`, and
+the infer route, a plain ASGI handler in front of it (see `serve.http.infer_route`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-import serve
 from serve.dataplane import DataPlane
 from serve.errors import ServeError
-from serve.http.codec import encode_error
 from serve.http.infer_route import InferRoute
+from serve.http.router import Answer, ControlRequest, Router
 from serve.http.settings_codec import log_update, trace_response, trace_update
-from serve.http.status import HTTP_STATUS
+
+_JSON = b"application/json"
+_OK = Answer()
 
 
-def _json(content: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+def _json(content: Any) -> Answer:
+    return Answer(200, orjson.dumps(content), _JSON)
 
 
-def _error(status: int, message: str) -> Response:
-    return Response(encode_error(message), status_code=status, media_type="application/json")
-
-
-def _flag(ok: bool) -> Response:
+def _flag(ok: bool) -> Answer:
     # Triton answers readiness and liveness with an empty 200, or 400 when not ready.
-    return Response(status_code=200 if ok else 400)
+    return Answer(200 if ok else 400)
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
+def _json_body(request: ControlRequest) -> dict[str, Any]:
+    if not request.body.strip():
         return {}
     try:
-        body = orjson.loads(raw)
+        body = orjson.loads(request.body)
     except orjson.JSONDecodeError as exc:
         raise ServeError.invalid(f"malformed JSON in the request body: {exc}") from None
     if not isinstance(body, dict):
@@ -46,177 +39,125 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def build_control_plane(dataplane: DataPlane) -> FastAPI:
-    app = FastAPI(
-        title="autotune",
-        version=serve.__version__,
-        description="KServe v2 inference protocol with Triton's extensions",
-        docs_url=None,
-        redoc_url=None,
-    )
+def build_control_plane(dataplane: DataPlane) -> Router:
+    app = Router()
 
-    @app.exception_handler(ServeError)
-    async def _serve_error(_: Request, exc: ServeError) -> Response:
-        return _error(HTTP_STATUS[exc.kind], exc.message)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        return _error(exc.status_code, str(exc.detail))
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
-        return _error(400, str(exc))
-
-    @app.get("/v2")
-    async def server_metadata() -> Response:
+    async def server_metadata(_: ControlRequest) -> Answer:
         return _json(dataplane.server_metadata())
 
-    @app.get("/v2/health/live")
-    async def live() -> Response:
+    async def live(_: ControlRequest) -> Answer:
         return _flag(dataplane.live())
 
-    @app.get("/v2/health/ready")
-    async def ready() -> Response:
+    async def ready(_: ControlRequest) -> Answer:
         return _flag(dataplane.ready())
 
-    @app.get("/v2/models/stats")
-    async def all_stats() -> Response:
-        return _json(dataplane.statistics())
+    async def stats(request: ControlRequest) -> Answer:
+        return _json(dataplane.statistics(*request.params.values()))
 
-    @app.get("/v2/models/{model}")
-    async def model_metadata(model: str) -> Response:
-        return _json(dataplane.model_metadata(model))
+    async def metadata(request: ControlRequest) -> Answer:
+        return _json(dataplane.model_metadata(*request.params.values()))
 
-    @app.get("/v2/models/{model}/versions/{version}")
-    async def version_metadata(model: str, version: str) -> Response:
-        return _json(dataplane.model_metadata(model, version))
+    async def model_ready(request: ControlRequest) -> Answer:
+        return _flag(dataplane.model_ready(*request.params.values()))
 
-    @app.get("/v2/models/{model}/ready")
-    async def model_ready(model: str) -> Response:
-        return _flag(dataplane.model_ready(model))
+    async def config(request: ControlRequest) -> Answer:
+        return _json(dataplane.model_config(*request.params.values()))
 
-    @app.get("/v2/models/{model}/versions/{version}/ready")
-    async def version_ready(model: str, version: str) -> Response:
-        return _flag(dataplane.model_ready(model, version))
+    async def repository_index(request: ControlRequest) -> Answer:
+        return _json(dataplane.repository_index(bool(_json_body(request).get("ready", False))))
 
-    @app.get("/v2/models/{model}/config")
-    async def model_config(model: str) -> Response:
-        return _json(dataplane.model_config(model))
-
-    @app.get("/v2/models/{model}/versions/{version}/config")
-    async def version_config(model: str, version: str) -> Response:
-        return _json(dataplane.model_config(model, version))
-
-    @app.get("/v2/models/{model}/stats")
-    async def model_stats(model: str) -> Response:
-        return _json(dataplane.statistics(model))
-
-    @app.get("/v2/models/{model}/versions/{version}/stats")
-    async def version_stats(model: str, version: str) -> Response:
-        return _json(dataplane.statistics(model, version))
-
-    @app.post("/v2/repository/index")
-    async def repository_index(request: Request) -> Response:
-        body = await _json_body(request)
-        return _json(dataplane.repository_index(bool(body.get("ready", False))))
-
-    @app.post("/v2/repository/models/{model}/load")
-    async def load(model: str, request: Request) -> Response:
-        body = await _json_body(request)
-        parameters = body.get("parameters") or {}
+    async def load(request: ControlRequest) -> Answer:
+        parameters = _json_body(request).get("parameters") or {}
         if not isinstance(parameters, dict):
             raise ServeError.invalid("load 'parameters' must be a JSON object")
-        await dataplane.load_model(model, parameters)
-        return Response(status_code=200)
+        await dataplane.load_model(request.params["model"], parameters)
+        return _OK
 
-    @app.post("/v2/repository/models/{model}/unload")
-    async def unload(model: str, request: Request) -> Response:
-        parameters = (await _json_body(request)).get("parameters") or {}
+    async def unload(request: ControlRequest) -> Answer:
+        parameters = _json_body(request).get("parameters") or {}
         dependents = isinstance(parameters, dict) and parameters.get("unload_dependents") is True
-        await dataplane.unload_model(model, unload_dependents=dependents)
-        return Response(status_code=200)
+        await dataplane.unload_model(request.params["model"], unload_dependents=dependents)
+        return _OK
 
+    version = "/versions/{version}"
+    app.add("GET", "/v2", server_metadata)
+    app.add("GET", "/v2/health/live", live)
+    app.add("GET", "/v2/health/ready", ready)
+    app.add("GET", "/v2/models/stats", stats)
+    for suffix in ("", version):
+        model = "/v2/models/{model}" + suffix
+        app.add("GET", model, metadata)
+        app.add("GET", model + "/ready", model_ready)
+        app.add("GET", model + "/config", config)
+        app.add("GET", model + "/stats", stats)
+    app.add("POST", "/v2/repository/index", repository_index)
+    app.add("POST", "/v2/repository/models/{model}/load", load)
+    app.add("POST", "/v2/repository/models/{model}/unload", unload)
     _add_shared_memory_routes(app, dataplane)
     _add_settings_routes(app, dataplane)
     return app
 
 
-def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
+def _add_settings_routes(app: Router, dataplane: DataPlane) -> None:
     """Triton's trace and logging extensions: GET reads, POST changes and answers the
     settings now in force."""
 
-    async def trace(model: str, request: Request) -> Response:
-        update = trace_update(await _json_body(request)) if request.method == "POST" else {}
+    async def trace(request: ControlRequest) -> Answer:
+        update = trace_update(_json_body(request)) if request.method == "POST" else {}
+        model = request.params.get("model", "")
         return _json(trace_response(dataplane.trace_setting(model, update)))
 
-    @app.api_route("/v2/trace/setting", methods=["GET", "POST"])
-    async def global_trace(request: Request) -> Response:
-        return await trace("", request)
-
-    @app.api_route("/v2/models/{model}/trace/setting", methods=["GET", "POST"])
-    async def model_trace(model: str, request: Request) -> Response:
-        return await trace(model, request)
-
-    @app.api_route("/v2/logging", methods=["GET", "POST"])
-    async def logging_settings(request: Request) -> Response:
-        update = log_update(await _json_body(request)) if request.method == "POST" else {}
+    async def logging_settings(request: ControlRequest) -> Answer:
+        update = log_update(_json_body(request)) if request.method == "POST" else {}
         return _json(dataplane.log_settings(update))
 
+    app.add("GET POST", "/v2/trace/setting", trace)
+    app.add("GET POST", "/v2/models/{model}/trace/setting", trace)
+    app.add("GET POST", "/v2/logging", logging_settings)
 
-def _add_shared_memory_routes(app: FastAPI, dataplane: DataPlane) -> None:
+
+def _add_shared_memory_routes(app: Router, dataplane: DataPlane) -> None:
     """Triton's system and CUDA shared memory extensions (CUDA: none can be registered)."""
-    system = "/v2/systemsharedmemory"
-    cuda = "/v2/cudasharedmemory"
 
-    @app.api_route(f"{system}/status", methods=["GET", "POST"])
-    async def shm_status_all() -> Response:
-        return _json(dataplane.shm_status())
+    def region(request: ControlRequest) -> tuple[str, ...]:
+        return tuple(request.params.values())  # (), or the region's name
 
-    @app.api_route(f"{system}/region/{{region}}/status", methods=["GET", "POST"])
-    async def shm_status(region: str) -> Response:
-        return _json(dataplane.shm_status(region))
+    async def system_status(request: ControlRequest) -> Answer:
+        return _json(dataplane.shm_status(*region(request)))
 
-    @app.post(f"{system}/region/{{region}}/register")
-    async def shm_register(region: str, request: Request) -> Response:
-        body = await _json_body(request)
+    async def system_register(request: ControlRequest) -> Answer:
+        body = _json_body(request)
         for field in ("key", "byte_size"):
             if field not in body:
                 raise ServeError.invalid(f"Shared memory register request has no '{field}' field")
-        dataplane.shm_register(region, body["key"], body.get("offset", 0), body["byte_size"])
-        return Response(status_code=200)
+        name = request.params["region"]
+        dataplane.shm_register(name, body["key"], body.get("offset", 0), body["byte_size"])
+        return _OK
 
-    @app.post(f"{system}/unregister")
-    async def shm_unregister_all() -> Response:
-        dataplane.shm_unregister()
-        return Response(status_code=200)
+    async def system_unregister(request: ControlRequest) -> Answer:
+        dataplane.shm_unregister(*region(request))
+        return _OK
 
-    @app.post(f"{system}/region/{{region}}/unregister")
-    async def shm_unregister(region: str) -> Response:
-        dataplane.shm_unregister(region)
-        return Response(status_code=200)
+    async def cuda_status(request: ControlRequest) -> Answer:
+        return _json(dataplane.cuda_shm_status(*region(request)))
 
-    @app.api_route(f"{cuda}/status", methods=["GET", "POST"])
-    async def cuda_status_all() -> Response:
-        return _json(dataplane.cuda_shm_status())
+    async def cuda_register(request: ControlRequest) -> Answer:
+        dataplane.cuda_shm_register(request.params["region"])
+        return _OK
 
-    @app.api_route(f"{cuda}/region/{{region}}/status", methods=["GET", "POST"])
-    async def cuda_status(region: str) -> Response:
-        return _json(dataplane.cuda_shm_status(region))
+    async def cuda_unregister(request: ControlRequest) -> Answer:
+        dataplane.cuda_shm_unregister(*region(request))
+        return _OK
 
-    @app.post(f"{cuda}/region/{{region}}/register")
-    async def cuda_register(region: str) -> Response:
-        dataplane.cuda_shm_register(region)
-        return Response(status_code=200)
-
-    @app.post(f"{cuda}/unregister")
-    async def cuda_unregister_all() -> Response:
-        dataplane.cuda_shm_unregister()
-        return Response(status_code=200)
-
-    @app.post(f"{cuda}/region/{{region}}/unregister")
-    async def cuda_unregister(region: str) -> Response:
-        dataplane.cuda_shm_unregister(region)
-        return Response(status_code=200)
+    for root, status, register, unregister in (
+        ("/v2/systemsharedmemory", system_status, system_register, system_unregister),
+        ("/v2/cudasharedmemory", cuda_status, cuda_register, cuda_unregister),
+    ):
+        app.add("GET POST", f"{root}/status", status)
+        app.add("GET POST", f"{root}/region/{{region}}/status", status)
+        app.add("POST", f"{root}/region/{{region}}/register", register)
+        app.add("POST", f"{root}/unregister", unregister)
+        app.add("POST", f"{root}/region/{{region}}/unregister", unregister)
 
 
 def build_http_app(dataplane: DataPlane) -> InferRoute:

@@ -1,10 +1,10 @@
-"""The infer route as a plain ASGI handler in front of the FastAPI control plane (the uvicorn
-front end, `--http-front-end uvicorn`, and the in-process app of `serve.server.open_http_app`).
+"""The infer route as a plain ASGI handler in front of the control plane (the uvicorn front end,
+`--http-front-end uvicorn`, and the in-process app of `serve.server.open_http_app`).
 
-FastAPI's request machinery doubled the CPU per request on this path when measured (a route
-through FastAPI cost ~140 us of server CPU per request, a plain ASGI handler ~75 us), so
+A web framework's request machinery doubled the CPU per request on this path when measured (a
+FastAPI route cost ~140 us of server CPU per request, a plain ASGI handler ~75 us), so
 POST .../infer is decoded and answered here directly (`serve.http.infer_call`); every other
-request goes on to FastAPI.
+request goes on to the control plane (`serve.http.app`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from protocol.headers import HEADER_LENGTH_ASGI
 from serve.dataplane import DataPlane
 from serve.http.infer_call import INFER_PATH, InferAnswer, submit_infer
+from serve.http.router import read_body
 
 log = logging.getLogger("serve.http")
 
@@ -42,7 +43,7 @@ class InferRoute:
         self, scope: dict[str, Any], receive: Any, send: Any, model: str, version: str
     ) -> None:
         recv_start = time.monotonic_ns() if self._dataplane.tracer.active else 0
-        body = await _read_body(receive)
+        body = await read_body(receive)
         header_length = None
         for key, value in scope["headers"]:
             if key == HEADER_LENGTH_ASGI:
@@ -58,18 +59,6 @@ class InferRoute:
             await _respond(send, answer)
         finally:
             answer.sent()
-
-
-async def _read_body(receive: Any) -> bytes:
-    message = await receive()
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        return body
-    chunks = [body]
-    while message.get("more_body", False):
-        message = await receive()
-        chunks.append(message.get("body", b""))
-    return b"".join(chunks)
 
 
 async def _respond(send: Any, answer: InferAnswer) -> None:

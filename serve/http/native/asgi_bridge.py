@@ -1,4 +1,4 @@
-"""An ASGI application (the FastAPI control plane) behind the native front end.
+"""An ASGI application (the control plane of `serve.http.app`) behind the native front end.
 
 Each request runs the application in its own task (the control plane is not the hot path);
 the whole answer is gathered and handed to the request's slot, so it leaves in order, framed

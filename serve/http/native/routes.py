@@ -1,6 +1,7 @@
 """What answers each request of the native front end: POST .../infer is decoded, submitted and
 answered from the DataPlane's completion callback (`serve.http.infer_call`), with no task or
-future per request; every other request goes to the FastAPI control plane (`asgi_bridge`).
+future per request; every other request goes to the control plane (`serve.http.app`) through
+`asgi_bridge`.
 `AsgiRoutes` serves an ASGI application alone (the metrics endpoint)."""
 
 from __future__ import annotations
