@@ -37,6 +37,7 @@ def test_accuracy_guard_excludes_int8_and_admits_fp16(
         "fp32,fp16,int8",
         "--max-accuracy-drop",
         "0.0001",
+        *("--validation-data", str(validation)),
         "--trials",
         "4",
         "--measurement-interval",
@@ -50,6 +51,7 @@ def test_accuracy_guard_excludes_int8_and_admits_fp16(
     assert variants["int8"]["accuracy"]["drop"] > 0.0001
     assert "excluded" in variants["int8"]["verdict"]
     assert variants["fp16"]["usable"] is True
+    assert variants["int8"]["accuracy"]["source"] == f"validation data {validation} (32 samples)"
 
     def precision(trial: dict) -> str:
         return trial["candidate"]["precision"] if trial["candidate"] else ""
