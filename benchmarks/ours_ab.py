@@ -11,6 +11,8 @@ and the ratios B / A of the median throughput and of the median CPU per request.
     python benchmarks/ours_ab.py                       # native HTTP front end (B) vs uvicorn (A)
     python benchmarks/ours_ab.py --a-flag=--grpc-front-end=grpcio --b-flag=--grpc-front-end=native \
         --protocols grpc
+    python benchmarks/ours_ab.py --a-revision 196d69d --a-flag= --b-flag=   # a revision (A,
+        # from a temporary git worktree) against this checkout (B), the same flags
 
 Installs perf_analyzer on first use (scripts/install_perf_analyzer.sh, under .cache/).
 """
@@ -36,6 +38,7 @@ from peer import (
     ours,
     revision,
     run_main,
+    worktree,
 )
 from python_models import reference, simple_reference
 from usage import UsageMonitor
@@ -84,22 +87,30 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--attempts", type=int, default=3)
+    parser.add_argument("--a-revision", help="A runs this git revision's server (B: this checkout)")
     args = parser.parse_args()
-    a_flags = args.a_flag if args.a_flag is not None else ["--http-front-end=uvicorn"]
-    b_flags = args.b_flag if args.b_flag is not None else ["--http-front-end=native"]
+    a_flags = [f for f in args.a_flag or ["--http-front-end=uvicorn"] if f]
+    b_flags = [f for f in args.b_flag or ["--http-front-end=native"] if f]
     names = ("A", "B")
 
     binary = install("install_perf_analyzer.sh")
-    print(f"ours {revision()}; A: {' '.join(a_flags)}; B: {' '.join(b_flags)}")
+    a_code = f" at {args.a_revision}" if args.a_revision else ""
+    print(f"ours {revision()}; A{a_code}: {' '.join(a_flags)}; B: {' '.join(b_flags)}")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory() as scratch_name, ExitStack() as stack:
         scratch = Path(scratch_name)
         repository = scratch / "repository"
         shutil.copytree(ROOT / "model_repository" / args.model, repository / args.model)
+        codes = (
+            stack.enter_context(worktree(args.a_revision, scratch / "a"))
+            if args.a_revision
+            else None,
+            None,
+        )
         servers = [
-            stack.enter_context(ours(repository, scratch / f"{name}.log", flags, name=name))
-            for name, flags in zip(names, (a_flags, b_flags), strict=True)
+            stack.enter_context(ours(repository, scratch / f"{name}.log", flags, name, code))
+            for name, flags, code in zip(names, (a_flags, b_flags), codes, strict=True)
         ]
         inputs, expected = simple_reference() if args.model == "simple" else reference(args.model)
         tolerance = 0.0 if args.model == "simple" else 1e-4

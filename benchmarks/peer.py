@@ -163,11 +163,17 @@ def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
 
 @contextmanager
 def ours(
-    repository: Path, log: Path, extra: Sequence[str] = (), name: str = "ours"
+    repository: Path,
+    log: Path,
+    extra: Sequence[str] = (),
+    name: str = "ours",
+    code: Path | None = None,
 ) -> Iterator[Server]:
-    """Our server on `repository` with `extra` flags, called `name` in the results; stopped on
-    exit."""
-    process, http_url = start_serve_process(repository, log, extra, timeout_s=START_TIMEOUT_S)
+    """Our server on `repository` with `extra` flags, called `name` in the results (`code`: the
+    server of that source tree, e.g. a worktree of another revision); stopped on exit."""
+    process, http_url = start_serve_process(
+        repository, log, extra, timeout_s=START_TIMEOUT_S, code=code
+    )
     try:
         wait_until_ready(process, http_url, log)
         urls = {"http": http_url}
@@ -326,6 +332,21 @@ def summary(runs: list[Run], cells: Sequence[str], concurrencies: Sequence[int])
                 ours_median = statistics.median(r.infer_per_s for r in mine)
                 ratio = f"{ours_median / statistics.median(r.infer_per_s for r in theirs):.2f}"
             print(f"{label:<{width}} {left:>40} {right:>40} {ratio:>12}")
+
+
+@contextmanager
+def worktree(rev: str, path: Path) -> Iterator[Path]:
+    """A detached git worktree of `rev` at `path`, removed on exit."""
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(path), rev],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
 
 
 def revision() -> str:

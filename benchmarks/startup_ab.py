@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from peer import free_port, wait_until_ready
+from peer import free_port, wait_until_ready, worktree
 from startup import POLL_INTERVAL_S, READY_TIMEOUT_S, ours_command
 from usage import tree_cpu_s
 
@@ -71,38 +71,29 @@ def main() -> None:
         .stdout.decode()
         .strip()
     )
-    with tempfile.TemporaryDirectory(prefix="startup-ab-") as scratch:
-        base = Path(scratch) / "base"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", str(base), base_rev],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-        try:
-            sides = {"this checkout": ROOT, f"base {base_rev}": base}
-            seconds: dict[str, list[float]] = {name: [] for name in sides}
-            cpu: dict[str, list[float]] = {name: [] for name in sides}
-            for round_number in range(args.rounds):
-                order = list(sides.items())
-                if round_number % 2:
-                    order.reverse()
-                for name, code in order:
-                    wall, used = start_once(code, repository, Path(scratch) / "server.log")
-                    seconds[name].append(wall)
-                    cpu[name].append(used)
-                    print(f"#{round_number + 1} {name}: ready in {wall:.2f} s, CPU {used:.2f} s")
-            this, other = list(sides)
-            for name in sides:
-                ready_text = _describe(seconds[name], " s")
-                print(f"{name}: ready {ready_text}, CPU {_describe(cpu[name], ' s')}")
-            for label, values in (("ready", seconds), ("CPU", cpu)):
-                ratios = [a / b for a, b in zip(values[this], values[other], strict=True)]
-                print(f"{label} {this} / {other}: {_describe(ratios)}")
-        finally:
-            subprocess.run(
-                ["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False
-            )
+    with (
+        tempfile.TemporaryDirectory(prefix="startup-ab-") as scratch,
+        worktree(base_rev, Path(scratch) / "base") as base,
+    ):
+        sides = {"this checkout": ROOT, f"base {base_rev}": base}
+        seconds: dict[str, list[float]] = {name: [] for name in sides}
+        cpu: dict[str, list[float]] = {name: [] for name in sides}
+        for round_number in range(args.rounds):
+            order = list(sides.items())
+            if round_number % 2:
+                order.reverse()
+            for name, code in order:
+                wall, used = start_once(code, repository, Path(scratch) / "server.log")
+                seconds[name].append(wall)
+                cpu[name].append(used)
+                print(f"#{round_number + 1} {name}: ready in {wall:.2f} s, CPU {used:.2f} s")
+        this, other = list(sides)
+        for name in sides:
+            ready_text = _describe(seconds[name], " s")
+            print(f"{name}: ready {ready_text}, CPU {_describe(cpu[name], ' s')}")
+        for label, values in (("ready", seconds), ("CPU", cpu)):
+            ratios = [a / b for a, b in zip(values[this], values[other], strict=True)]
+            print(f"{label} {this} / {other}: {_describe(ratios)}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ parent."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -30,9 +31,14 @@ def log_tail(log_path: Path, lines: int = 20) -> str:
 
 
 def start_serve_process(
-    repository: Path, log_path: Path, extra: Sequence[str] = (), timeout_s: float = 180.0
+    repository: Path,
+    log_path: Path,
+    extra: Sequence[str] = (),
+    timeout_s: float = 180.0,
+    code: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the server on `repository` and return the process and its host:port."""
+    """Start the server on `repository` and return the process and its host:port. `code`: run
+    the server of that source tree (a checkout of another revision) instead of this one."""
     command = [
         sys.executable,
         "-m",
@@ -54,7 +60,8 @@ def start_serve_process(
         *extra,
     ]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=tied_env())
+        env = tied_env() if code is None else tied_env(dict(os.environ, PYTHONPATH=str(code)))
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=code)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         match = _STARTED.search(log_path.read_text(errors="replace"))
