@@ -82,7 +82,7 @@ from tuner.run import (
 )
 from tuner.samplers import METHODS
 from tuner.samplers_replay import Measured, ReplayRun, replay, table_optimum
-from tuner.search_study import CANDIDATE, KEY, OUTCOME, sqlite_url
+from tuner.search_study import CANDIDATE, KEY, OUTCOME, sqlite_url, stored_objective
 from tuner.search_types import SearchSettings, TrialOutcome, TrialRecord
 from tuner.space import Platform, SearchSpace, SpaceOptions
 
@@ -148,6 +148,7 @@ def run_grid(bench: Setup, minutes: float, chunk_minutes: float) -> None:
     (benchmarks/grid_drift.py)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     check_grid_machine(bench)
+    check_grid_model(bench)
     print(f"{bench.model}: grid of {bench.space.size} candidates, {minutes:g} min this time")
     deadline = time.monotonic() + minutes * 60
     measure_reference(bench)
@@ -174,6 +175,24 @@ def check_grid_machine(bench: Setup) -> None:
         raise SystemExit(
             f"{bench.stem.with_suffix('.db')}: this grid started on {started}, this machine is "
             f"{here}; move the .db and .machine.json away to start the grid again here"
+        )
+
+
+def check_grid_model(bench: Setup) -> None:
+    """A resumed grid must measure the model file it started on. The tuner refuses such a
+    resume too, but only once the reference candidate was measured into the grid's record."""
+    database = bench.stem.with_suffix(".db")
+    if not database.is_file():
+        return
+    stored = stored_objective(sqlite_url(database), bench.grid_study) or {}
+    opened = open_model_directory(bench.options.repository / bench.model)
+    here = fingerprint_of(bench.options, opened.config, opened.model_file())["model_sha256"]
+    began = stored.get("model_sha256", here)
+    if began != here:
+        raise SystemExit(
+            f"{database}: this grid measured {bench.model}'s model file {began}, this "
+            f"repository's is {here}; move the .db, .machine.json and .reference.json away "
+            "to start the grid again on this model"
         )
 
 

@@ -118,12 +118,24 @@ def _maxpool3x3s2(x: np.ndarray) -> np.ndarray:
     return win.max(axis=(4, 5))
 
 
+def _stable(x: np.ndarray | float) -> np.ndarray:
+    """`x` (float64) kept to 16 significant bits, as float32.
+
+    The calibration's sums run through BLAS, whose order of additions (and so the last bits of
+    a result) depends on the machine's kernels and threads. Every value derived from them is
+    cut to 16 bits, far above those differences, so the weights come out bit-identical on any
+    machine: a tuning study or benchmark keyed to the model file's hash stays valid.
+    """
+    mantissa, exponent = np.frexp(np.asarray(x, dtype=np.float64))
+    return np.ldexp(np.round(mantissa * 65536.0) / 65536.0, exponent).astype(np.float32)
+
+
 class _ResNetBuilder:
     """Builds a ResNet graph with BatchNorm folded into each conv.
 
     Weights are He-normal from a seeded generator; each BatchNorm's statistics come from running
-    a random calibration batch through the network in numpy, so activations are centred
-    and scaled the way a trained network's are (no dead channels, no blow-up).
+    a random calibration batch through the network in numpy (float64), so activations are
+    centred and scaled the way a trained network's are (no dead channels, no blow-up).
     """
 
     def __init__(self, seed: int) -> None:
@@ -145,12 +157,12 @@ class _ResNetBuilder:
         cin = x[1].shape[1]
         w = self.rng.standard_normal((cout, cin, k, k), dtype=np.float32)
         w *= np.float32(np.sqrt(2.0 / (cin * k * k)))
-        y = _conv2d(x[1], w, stride)
-        mean, std = y.mean(axis=(0, 2, 3)), y.std(axis=(0, 2, 3)) + np.float32(1e-5)
+        y = _conv2d(x[1], w.astype(np.float64), stride)
+        mean, std = y.mean(axis=(0, 2, 3)), y.std(axis=(0, 2, 3)) + 1e-5
         beta = self.rng.standard_normal(cout, dtype=np.float32) * np.float32(0.1)
-        scale = np.float32(gamma) / std
-        w *= scale[:, None, None, None]
-        b = beta - mean * scale
+        scale = _stable(gamma / std)
+        b = _stable(beta - mean * scale)
+        w *= scale[:, None, None, None]  # float32 products: exact, the same everywhere
         y = y * scale[None, :, None, None] + b[None, :, None, None]
         pad = k // 2
         self.op(
@@ -189,7 +201,7 @@ def resnet18_onnx(
     """ResNet-18 (torchvision topology, BN folded) with input `input` and output `logits`."""
     g = _ResNetBuilder(seed)
     calibration = g.rng.standard_normal((calibration_batch, 3, 224, 224), dtype=np.float32)
-    x = g.relu(g.conv_bn(("input", calibration), "conv1", 64, 7, 2, 1.0), "relu")
+    x = g.relu(g.conv_bn(("input", calibration.astype(np.float64)), "conv1", 64, 7, 2, 1.0), "relu")
     x = g.maxpool(x, "maxpool")
     for stage, cout in enumerate((64, 128, 256, 512), start=1):
         for block in range(2):
@@ -201,11 +213,12 @@ def resnet18_onnx(
     # (a folded BatchNorm1d) makes the logits, and so the top-1 class, depend on the input.
     features = x[1].mean(axis=(2, 3))
     mean = features.mean(axis=0)
-    spread = np.float32((features - mean).std() + 1e-5)
+    spread = (features - mean).std() + 1e-5
     cin = features.shape[1]
     fc_w = g.rng.standard_normal((num_classes, cin), dtype=np.float32)
-    fc_w *= np.float32(np.sqrt(1.0 / cin)) / spread
-    fc_b = g.rng.standard_normal(num_classes, dtype=np.float32) * np.float32(0.01) - fc_w @ mean
+    fc_w *= _stable(np.sqrt(1.0 / cin) / spread)
+    noise = g.rng.standard_normal(num_classes, dtype=np.float32) * np.float32(0.01)
+    fc_b = _stable(noise - fc_w.astype(np.float64) @ mean)
     inputs = ["flatten", g.add_weight("fc.weight", fc_w), g.add_weight("fc.bias", fc_b)]
     g.nodes.append(helper.make_node("Gemm", inputs, ["logits"], name="fc", transB=1))
     graph = helper.make_graph(

@@ -157,6 +157,19 @@ def objective_of(settings: SearchSettings) -> dict[str, str]:
     return objective | dict(settings.fingerprint)
 
 
+def stored_objective(url: str, study_name: str) -> dict[str, str] | None:
+    """The objective a study in `url` was made for (None when there is no such study, or it
+    holds none yet): to refuse a resume before doing any work for it."""
+    storage = open_storage(url)
+    assert storage is not None  # a URL always opens a storage
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:  # Optuna's "no such study"
+        return None
+    stored = study.user_attrs.get(_OBJECTIVE)
+    return dict(stored) if isinstance(stored, dict) else None
+
+
 def _check_objective(study: optuna.Study, settings: SearchSettings) -> None:
     wanted = objective_of(settings)
     stored = study.user_attrs.get(_OBJECTIVE)
