@@ -45,6 +45,7 @@ import json
 import math
 import platform
 import shutil
+import signal
 import sqlite3
 import statistics
 import tempfile
@@ -565,4 +566,7 @@ def _cpu_model() -> str:
 
 
 if __name__ == "__main__":
+    # A sitting started as a background job has SIGINT ignored; Ctrl-C or `kill -INT` should
+    # still stop it between measurements (SIGTERM does too: the study keeps what it measured).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     main()
