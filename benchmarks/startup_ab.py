@@ -13,7 +13,6 @@ seconds to ready and of the CPU seconds, and the ratios this / base per round.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import tempfile
@@ -24,8 +23,7 @@ from peer import free_port, wait_until_ready, worktree
 from startup import POLL_INTERVAL_S, READY_TIMEOUT_S, ours_command
 from usage import tree_cpu_s
 
-from common.serve_process import stop_serve_process
-from common.tied_child import tied_env
+from common.serve_process import serve_env, stop_serve_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +33,7 @@ def start_once(code: Path, repository: Path, log: Path) -> tuple[float, float]:
     code is in `code`."""
     port = free_port()
     # A revision from before tie_to_parent ends only with the stop below.
-    env = tied_env(dict(os.environ, PYTHONPATH=str(code)))
+    env = serve_env(code)
     with log.open("wb") as out:
         started = time.perf_counter()
         process = subprocess.Popen(

@@ -30,6 +30,12 @@ def log_tail(log_path: Path, lines: int = 20) -> str:
         return ""
 
 
+def serve_env(code: Path | None = None) -> dict[str, str]:
+    """The environment of a server process tied to this one; `code`: a source tree (another
+    revision's checkout) whose packages it imports first (start it with that as its cwd too)."""
+    return tied_env() if code is None else tied_env(dict(os.environ, PYTHONPATH=str(code)))
+
+
 def start_serve_process(
     repository: Path,
     log_path: Path,
@@ -60,8 +66,9 @@ def start_serve_process(
         *extra,
     ]
     with log_path.open("wb") as log:
-        env = tied_env() if code is None else tied_env(dict(os.environ, PYTHONPATH=str(code)))
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=code)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=serve_env(code), cwd=code
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         match = _STARTED.search(log_path.read_text(errors="replace"))
