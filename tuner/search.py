@@ -160,7 +160,7 @@ class _SearchLoop:
             try:
                 reason = self._trial(self.study.ask())
             except optuna.exceptions.UpdateFinishedTrialError:
-                # SQLite let another worker pop the same queued trial, and it told it first.
+                # Another worker took the trial for dead before this one claimed it.
                 reason = ""
             if reason:
                 break
@@ -357,8 +357,7 @@ class _SearchLoop:
                 trial.report(outcome.throughput, step=0)
             return tell_first(self.study, trial, state=TrialState.PRUNED)
         except optuna.exceptions.UpdateFinishedTrialError:
-            # Another worker took this trial for dead (no heartbeat for stale_after_s), or
-            # popped the same queued trial.
+            # Another worker took this trial for dead (no heartbeat for stale_after_s).
             return False
 
     def _emit(

@@ -27,7 +27,8 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
-from sqlalchemy.engine import make_url
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from tuner.candidate import Candidate
@@ -56,10 +57,14 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage | None:
     hidden) when it cannot be opened, or the extra to install when its driver is missing.
 
     A SQLite file gets its folder created, a generous lock timeout (several workers may write
-    to one file) and write-ahead logging with synchronous=NORMAL: each of Optuna's many small
-    commits then costs no fsync, and a killed process still leaves a consistent database (only
-    a power cut may lose the last commits). A server (PostgreSQL) gets its pooled connections
-    checked before use: a long run outlives a server restart or an idle timeout."""
+    to one file), write-ahead logging with synchronous=NORMAL (each of Optuna's many small
+    commits then costs no fsync, and a killed process still leaves a consistent database: only
+    a power cut may lose the last commits), and transactions that take the write lock as they
+    begin: Optuna reads a trial's state and writes the next one in one transaction "for
+    update", which SQLite, having no row locks, would otherwise let two workers interleave,
+    both popping the same queued trial or both telling the same trial. A server (PostgreSQL)
+    gets its pooled connections checked before use: a long run outlives a server restart or
+    an idle timeout."""
     if url is None:
         return None
     shown = printable_url(url)
@@ -81,7 +86,10 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage | None:
             engine_kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
     for attempt in range(5):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+            if "creator" in engine_kwargs:
+                event.listen(storage.engine, "begin", _begin_immediate)
+            return storage
         except ImportError as exc:
             raise SearchError(_missing_driver(url, exc)) from None
         except ArgumentError as exc:  # no such kind of database
@@ -122,7 +130,13 @@ def _connect_sqlite(database: str) -> sqlite3.Connection:
     connection = sqlite3.connect(database, timeout=_SQLITE_TIMEOUT_S, check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
+    # sqlite3 would begin its own deferred transactions; SQLAlchemy's "begin" event does it.
+    connection.isolation_level = None
     return connection
+
+
+def _begin_immediate(connection: Connection) -> None:
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def open_study(settings: SearchSettings, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -215,8 +229,8 @@ def tell_first(
     *,
     state: TrialState | None = None,
 ) -> bool:
-    """Tell `trial`; False when another worker finished it first (it took the trial for dead,
-    or SQLite, which has no row locks, let two workers pop the same queued trial)."""
+    """Tell `trial`; False when another worker finished it first (it took the trial for dead:
+    no heartbeat for `stale_after_s`, or no claim within `claim_within_s` of its ask)."""
     try:
         study.tell(trial, value, state=state)
     except optuna.exceptions.UpdateFinishedTrialError:

@@ -589,6 +589,64 @@ def test_a_trial_another_worker_told_first_is_not_told_again(
     assert theirs.trials[trial.number].value == 2.0
 
 
+@pytest.mark.parametrize("step", ["pop the queued trial", "tell the trial"])
+def test_two_workers_on_one_sqlite_file_never_both_take_a_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    # Optuna reads a trial's state, then writes the new one, in one transaction "for update";
+    # SQLite has no row locks, so unless the transaction takes the write lock as it begins,
+    # two workers both read WAITING (or RUNNING) and both pop (or tell) the trial: CI once
+    # counted 14 measurements for 12 trials. Worker A is held between its read and its write
+    # until worker B has read too, or for 2 s when B cannot read (the fix).
+    url = sqlite_url(tmp_path / "shared.db")
+    storage_a, storage_b = open_storage(url), open_storage(url)
+    assert isinstance(storage_a, optuna.storages.RDBStorage)
+    assert isinstance(storage_b, optuna.storages.RDBStorage)
+    study_a = optuna.create_study(study_name="s", storage=storage_a, direction="maximize")
+    study_b = optuna.load_study(study_name="s", storage=storage_b)
+    study_a.enqueue_trial({})
+    if step == "tell the trial":
+        trial = study_a.ask()
+    a_has_read, b_has_read = threading.Event(), threading.Event()
+    checked_by_a = storage_a.check_trial_is_updatable
+    checked_by_b = storage_b.check_trial_is_updatable
+
+    def a_checks(trial_id: int, state: TrialState) -> None:
+        checked_by_a(trial_id, state)
+        if not a_has_read.is_set():
+            a_has_read.set()
+            b_has_read.wait(timeout=2)
+
+    def b_checks(trial_id: int, state: TrialState) -> None:
+        b_has_read.set()
+        checked_by_b(trial_id, state)
+
+    monkeypatch.setattr(storage_a, "check_trial_is_updatable", a_checks)
+    monkeypatch.setattr(storage_b, "check_trial_is_updatable", b_checks)
+    outcome: dict[str, int | bool] = {}
+
+    def worker_b() -> None:
+        assert a_has_read.wait(timeout=30)
+        if step == "pop the queued trial":
+            outcome["b"] = study_b.ask().number
+        else:
+            outcome["b"] = tell_first(study_b, trial, 2.0)  # the same trial, told through B
+
+    thread = threading.Thread(target=worker_b)
+    thread.start()
+    if step == "pop the queued trial":
+        outcome["a"] = study_a.ask().number
+    else:
+        outcome["a"] = tell_first(study_a, trial, 1.0)
+    thread.join(timeout=30)
+    if step == "pop the queued trial":
+        assert outcome["a"] != outcome["b"], outcome
+    else:
+        assert sorted([outcome["a"], outcome["b"]]) == [False, True], outcome
+        told = study_a.trials[trial.number].value
+        assert told == (1.0 if outcome["a"] else 2.0)
+
+
 def test_telling_a_trial_wrongly_still_raises(tmp_path: Path) -> None:
     study = optuna.create_study(storage=sqlite_url(tmp_path / "s.db"), direction="maximize")
     with pytest.raises(ValueError, match="state"):
