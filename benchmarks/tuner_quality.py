@@ -33,8 +33,10 @@ is about: >= 0.98 in <= 15% of the grid), then the live re-measure's ratios.
     python benchmarks/tuner_quality.py --live optuna --models digits
     python benchmarks/tuner_quality.py --narrow --max-batch-size-cap 8      # a small smoke run
 
-Model Analyzer's rows (its quick and optuna modes on Triton, same models and budgets) come
-from benchmarks/model_analyzer_side.py and go beside these in docs/tuner.md.
+Model Analyzer's rows (its quick and optuna modes on Triton, same models and budgets), as
+benchmarks/model_analyzer_side.py recorded them, are printed beside: its best throughput on
+Triton, configs measured, wall time, and its winning config looked up in the grid (the same
+search question answered on our server's measurements: the servers differ, the picks compare).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import optuna
+from google.protobuf import text_format
 from grid_drift import (
     describe_drift,
     drift,
@@ -65,12 +68,15 @@ from grid_drift import (
     measure_reference,
     reference_path,
 )
+from model_analyzer_side import load_results
 from peer import median_range
+from tritonclient.grpc import model_config_pb2 as mc
 
 from common.atomic import write_text_atomic
 from common.cpu import usable_cpu_count
 from serve.api import open_model_directory
 from tuner.budget import LatencyBudget
+from tuner.candidate import Candidate
 from tuner.duration import Duration
 from tuner.remeasure import RemeasureSettings, remeasure, server_measurer
 from tuner.run import (
@@ -544,8 +550,67 @@ def compare(bench: Setup, grid: Grid, args: argparse.Namespace) -> None:
     title = f"{bench.model} (the grid's best {best:,.0f}/s: {key})"
     print_rows(title, measuring_seconds(grid), rows)
     print(f"{bench.model}: the grid's {describe_drift(load_reference(bench))}")
+    print_model_analyzer(bench, grid.table)
     if args.remeasure_repeats:
         remeasure_winners(bench, grid.table, rows, args.remeasure_repeats)
+
+
+def print_model_analyzer(bench: Setup, table: dict[str, Measured]) -> None:
+    """Model Analyzer's recorded runs on this model (benchmarks/model_analyzer_side.py): what
+    it found on Triton, at what cost, and its pick looked up in this grid, which answers the
+    search question on our server's measurements (the servers differ; the picks compare)."""
+    results = load_results(bench.model)
+    if not results:
+        print(f"{bench.model}: no Model Analyzer run recorded (benchmarks/model_analyzer_side.py)")
+        return
+    print(f"\n{bench.model}: Model Analyzer on Triton, same budget (its figures are Triton's)")
+    print(f"{'mode':<7} {'best infer/s':>12} {'p95 ms':>7} {'configs':>7} {'wall':>9}  its pick")
+    for result in results:
+        best = result["best"]
+        if best is None:
+            shown, pick = f"{'none':>12} {'-':>7}", "no measurement met the budget"
+        else:
+            shown = f"{best['throughput']:>12,.1f} {best['p95_ms']:>7.1f}"
+            pick = describe_pick(bench, model_analyzer_pick(bench, best["config_pbtxt"]), table)
+        smoke = "  (smoke run)" if result["smoke"] else ""
+        print(
+            f"{result['mode']:<7} {shown} {result['configs_measured']:>7} "
+            f"{result['wall_s'] / 60:>5.1f} min  {pick}{smoke}  [{result['date']}]"
+        )
+
+
+def model_analyzer_pick(bench: Setup, config_text: str) -> Candidate | None:
+    """Model Analyzer's winning config as a point of this space: its batching, instance count
+    and thread count on the model's own config (it serves the same model file in FP32, as a
+    python model); None when no point of the space is that config."""
+    theirs = text_format.Parse(config_text, mc.ModelConfig(), allow_unknown_field=True)
+    ours = mc.ModelConfig()
+    ours.CopyFrom(bench.space.base)
+    ours.max_batch_size = theirs.max_batch_size
+    ours.ClearField("dynamic_batching")
+    if theirs.HasField("dynamic_batching"):
+        ours.dynamic_batching.CopyFrom(theirs.dynamic_batching)
+    if theirs.instance_group and ours.instance_group:
+        ours.instance_group[0].count = theirs.instance_group[0].count
+    threads = "intra_op_thread_count"
+    if threads in theirs.parameters:
+        ours.parameters[threads].CopyFrom(theirs.parameters[threads])
+    return bench.space.point_of(ours)
+
+
+def describe_pick(bench: Setup, pick: Candidate | None, table: dict[str, Measured]) -> str:
+    if pick is None:
+        return "not a point of our space"
+    measured = table.get(pick.key)
+    if measured is None:
+        return f"{pick.key}: not in the grid"
+    settings = bench.settings()
+    outcome = measured.outcome
+    if not settings.feasible(outcome):
+        return f"{pick.key}: in our grid {outcome.status}, p95 {outcome.latency_us / 1000:.1f} ms"
+    _, optimum = table_optimum(table, settings)
+    rate = outcome.throughput
+    return f"{pick.key}: {rate:,.1f}/s in our grid = {rate / optimum:.3f} of its best"
 
 
 def measuring_seconds(grid: Grid) -> float:

@@ -210,15 +210,21 @@ class SearchSpace:
 
     def default_candidate(self) -> Candidate:
         """The model's own config as a point of the space (values outside it snapped)."""
-        return self.walk(snapping(self._base_values()))
+        return self.walk(snapping(self._values_of(self.base)))
 
     def as_written(self) -> Candidate:
         """The model's config exactly as written: the point of the space that leaves it
         unchanged, or, when no point does (a queue delay outside the space, a thread count
         left unset, several preferred sizes...), the empty candidate, which changes nothing
         (`apply(Candidate(), base)` is `base`)."""
-        snapped = self.default_candidate()
-        return snapped if apply(snapped, self.base) == self.base else Candidate()
+        point = self.point_of(self.base)
+        return point if point is not None else Candidate()
+
+    def point_of(self, config: mc.ModelConfig) -> Candidate | None:
+        """The point of the space that turns the base config into `config` (the config as
+        written, another tool's pick for this model), None when no point does."""
+        snapped = self.walk(snapping(self._values_of(config)))
+        return snapped if apply(snapped, self.base) == config else None
 
     def prior_candidates(self) -> list[Candidate]:
         """Where the search starts (after the config as written), after Triton's batcher
@@ -229,7 +235,7 @@ class SearchSpace:
         batching on at the largest max_batch_size and no delay (with no delay the batcher
         never waits, so a large limit costs nothing at low load), in each precision (int8
         roughly halves the compute). Duplicates removed, order kept."""
-        wanted = self._base_values()
+        wanted = self._values_of(self.base)
         priors = [self.default_candidate()]
         batching = {DYNAMIC_BATCHING: True, MAX_QUEUE_DELAY: 0, PREFERRED_BATCH_SIZE: None}
         precisions = list(self.precisions or [None])
@@ -275,8 +281,7 @@ class SearchSpace:
         lines.append(f"{self.size} candidates")
         return lines
 
-    def _base_values(self) -> dict[str, ParamValue]:
-        base = self.base
+    def _values_of(self, base: mc.ModelConfig) -> dict[str, ParamValue]:
         group = base.instance_group[0] if base.instance_group else None
         count = group.count if group is not None and group.count > 0 else None
         values: dict[str, ParamValue] = {

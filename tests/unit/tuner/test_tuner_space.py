@@ -376,6 +376,22 @@ def test_a_config_inside_the_space_is_written_as_its_point() -> None:
     assert simple.as_written() == Candidate()  # its thread count is unset: it stays unset
 
 
+@pytest.mark.parametrize("model", ["digits", "resnet18"])
+def test_every_point_is_found_again_from_its_config(model: str) -> None:
+    # How benchmarks/tuner_quality.py looks another tool's pick up in the grid.
+    base = _config(model)
+    space = build_space(base, Platform(cpu_count=2), SpaceOptions(precisions=ALL_PRECISIONS))
+    for candidate in grid(space):
+        assert space.point_of(apply(candidate, base)) == candidate
+    oversubscribed = apply(grid(space)[0], base)
+    oversubscribed.instance_group[0].count = 2
+    oversubscribed.parameters["intra_op_thread_count"].string_value = "2"
+    assert space.point_of(oversubscribed) is None  # 4 threads on 2 cores: not in the space
+    too_long = apply(grid(space)[0], base)
+    too_long.dynamic_batching.max_queue_delay_microseconds = 40_000
+    assert space.point_of(too_long) is None
+
+
 def test_model_without_batching_gets_no_batching_parameters() -> None:
     base = parse_config_text(
         """
