@@ -76,7 +76,7 @@ from common.atomic import write_text_atomic
 from common.cpu import usable_cpu_count
 from serve.api import open_model_directory
 from tuner.budget import LatencyBudget
-from tuner.candidate import Candidate
+from tuner.candidate import THREAD_COUNT, Candidate
 from tuner.duration import Duration
 from tuner.remeasure import RemeasureSettings, remeasure, server_measurer
 from tuner.run import (
@@ -592,9 +592,8 @@ def model_analyzer_pick(bench: Setup, config_text: str) -> Candidate | None:
         ours.dynamic_batching.CopyFrom(theirs.dynamic_batching)
     if theirs.instance_group and ours.instance_group:
         ours.instance_group[0].count = theirs.instance_group[0].count
-    threads = "intra_op_thread_count"
-    if threads in theirs.parameters:
-        ours.parameters[threads].CopyFrom(theirs.parameters[threads])
+    if THREAD_COUNT in theirs.parameters:
+        ours.parameters[THREAD_COUNT].CopyFrom(theirs.parameters[THREAD_COUNT])
     return bench.space.point_of(ours)
 
 
