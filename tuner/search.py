@@ -17,6 +17,7 @@ from tuner.search_study import (
     AS_WRITTEN,
     CANDIDATE,
     KEY,
+    MEASURING,
     OUTCOME,
     REUSED_FROM,
     SURPLUS,
@@ -60,6 +61,7 @@ Progress = Callable[[ProgressEvent], None]
 _SEED_STRIDE = 7919  # parallel workers get seeds this far apart
 _MAX_REPEATS = 25  # proposals in a row of measured candidates: the search has converged
 _IN_FLIGHT_POLL_S = 0.25  # how often a trial waiting for another's measurement looks
+_DECIDING_POLL_S = 0.05  # how often a worker looks whether earlier trials have decided
 
 
 def run_search(
@@ -100,8 +102,11 @@ def run_search(
     in grid mode), or in grid mode when no grid point is left.
 
     Several processes given the same storage and study name share the work: trials left
-    RUNNING by a dead process are marked FAIL, and a trial asked beyond `n_trials` in a race
-    is marked FAIL (user attribute "surplus") and not evaluated.
+    RUNNING by a dead process are marked FAIL; a running trial counts toward `n_trials` once
+    its worker decided to measure it (user attribute "measuring"), and a worker waits for the
+    trials asked before its own to decide before it decides, so the study ends with exactly
+    `n_trials` measurements; a trial asked beyond them is marked FAIL (user attribute
+    "surplus") and not evaluated.
 
     `progress` receives a `ProgressEvent` at the start, around each trial of this call and at
     the end. The result lists every trial of the study and the best feasible one (highest
@@ -150,7 +155,7 @@ class _SearchLoop:
         self._emit("start")
         while True:
             self._fail_stale_trials()
-            records = self._records()
+            records = self._decided_records()
             reason = self._stop_reason(records)
             if reason:
                 break
@@ -186,6 +191,33 @@ class _SearchLoop:
 
     def _records(self) -> list[TrialRecord]:
         return self.finished.records(self.study.get_trials(deepcopy=False))
+
+    def _decided_records(self, trial: Trial | None = None) -> list[TrialRecord]:
+        """The study's records once every running trial (every one before `trial`, when
+        given) has decided whether it measures or reuses: until then whether it counts toward
+        n_trials is unknown, and two workers asking at once could both take the last
+        measurement. A decision takes a moment; a trial whose worker died before deciding is
+        failed as stale (one never claimed, after `claim_within_s`). `trial` keeps its
+        heartbeat while this waits."""
+
+        def deciding(records: list[TrialRecord]) -> bool:
+            before = math.inf if trial is None else trial.number
+            return any(r.undecided and r.number < before for r in records)
+
+        records = self._records()
+        if not deciding(records):
+            return records
+        beating = heartbeat(trial, self.settings.heartbeat_s) if trial else contextlib.nullcontext()
+        with beating:
+            while deciding(records):
+                time.sleep(_DECIDING_POLL_S)
+                fail_stale_trials(
+                    self.study,
+                    self.settings.stale_after_s,
+                    claim_within_s=self.settings.claim_within_s,
+                )
+                records = self._records()
+        return records
 
     def _stop_reason(self, records: list[TrialRecord]) -> str:
         n_trials = self.settings.n_trials
@@ -258,7 +290,7 @@ class _SearchLoop:
             return ""
         trial.set_user_attr(KEY, candidate.key)
         trial.set_user_attr(CANDIDATE, candidate.to_json())
-        records = self._records()
+        records = self._decided_records(trial)
         n_trials = self.settings.n_trials
         earlier = [r for r in records if r.number < trial.number and counts(r)]
         if n_trials is not None and len(earlier) >= n_trials:
@@ -278,6 +310,7 @@ class _SearchLoop:
                 return f"converged ({_MAX_REPEATS} proposals in a row were measured already)"
             return ""
         self.repeats = 0
+        trial.set_user_attr(MEASURING, True)
         self._emit("trial_start", records=records, trial_number=trial.number)
         began = self.clock()
         reporter = _Reporter(trial)

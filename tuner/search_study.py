@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 KEY, CANDIDATE, WORKER, HEARTBEAT = "key", "candidate", "worker", "heartbeat"
 OUTCOME, REUSED_FROM, SURPLUS = "outcome", "reused_from", "surplus"
-WAITING_FOR = "waiting_for"
+WAITING_FOR, MEASURING = "waiting_for", "measuring"
 AS_WRITTEN = "as_written"
 _OBJECTIVE = "objective"
 _WORKER_PREFIX = "worker:"
@@ -348,6 +348,8 @@ def record_of(trial: FrozenTrial, settings: SearchSettings) -> TrialRecord:
         reused_from=attrs.get(REUSED_FROM),
         worker=str(worker.get("id", "")) if isinstance(worker, Mapping) else "",
         as_written=bool(attrs.get(AS_WRITTEN, False)),
+        measuring=bool(attrs.get(MEASURING, False)),
+        waiting=WAITING_FOR in attrs,
     )
 
 
@@ -357,11 +359,11 @@ _TOLD_AS = {"ok": "COMPLETE", "pruned": "PRUNED", "failed": "FAIL"}
 def counts(record: TrialRecord) -> bool:
     """Whether a trial counts toward n_trials: a measurement, done or under way. Reused
     outcomes cost nothing and interrupted trials gave nothing, so neither counts. A running
-    trial counts once a worker has claimed it: one asked by a process killed before its claim
-    would otherwise stand for a measurement until `claim_within_s` had passed (two workers
-    asking at the same instant may then measure one trial more than n_trials)."""
+    trial counts once its worker has decided to measure it (see `TrialRecord.undecided`: a
+    worker deciding whether the last measurement is still to take waits for earlier trials
+    to decide first)."""
     if record.state == "RUNNING":
-        return bool(record.worker)
+        return record.measuring
     return record.outcome is not None and record.reused_from is None
 
 

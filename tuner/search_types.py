@@ -181,10 +181,23 @@ class TrialRecord:
     reused_from: int | None = None  # the trial whose measurement was reused
     worker: str = ""
     as_written: bool = False  # the model's config exactly as written (trial 0)
+    measuring: bool = False  # running, and its worker decided to measure it
+    waiting: bool = False  # running, and waiting for another trial's measurement to reuse
 
     @property
     def interrupted(self) -> bool:
         return self.state == "FAIL" and self.outcome is None
+
+    @property
+    def undecided(self) -> bool:
+        """Running, and its worker has not yet said whether it measures or reuses (it was
+        asked a moment ago): whether it counts toward n_trials is not known yet."""
+        return (
+            self.state == "RUNNING"
+            and not self.measuring
+            and not self.waiting
+            and self.reused_from is None
+        )
 
     @property
     def label(self) -> str:

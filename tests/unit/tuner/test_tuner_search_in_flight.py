@@ -18,6 +18,7 @@ from tuner.search_study import (
     CANDIDATE,
     HEARTBEAT,
     KEY,
+    MEASURING,
     OUTCOME,
     WAITING_FOR,
     WORKER,
@@ -40,6 +41,7 @@ def test_a_candidate_in_flight_elsewhere_is_waited_for_and_reused(tmp_path: Path
     other.set_user_attr(HEARTBEAT, time.time())
     other.set_user_attr(KEY, wanted.key)
     other.set_user_attr(CANDIDATE, wanted.to_json())
+    other.set_user_attr(MEASURING, True)
     # ...and the same candidate waits in the queue: this worker asks it first.
     study.enqueue_trial(
         space.params_for(wanted), user_attrs={KEY: wanted.key, CANDIDATE: wanted.to_json()}
