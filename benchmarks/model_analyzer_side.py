@@ -35,6 +35,8 @@ How Model Analyzer runs here:
   are done; then the same concurrency sweep of its top 3. Its score is the throughput gain
   over the default config: the budget is not in it (it only ranks the top configs).
   Neither searches intra_op_thread_count, queue delay, preferred batch size or precision.
+  On resnet18 its concurrency is capped at 32 and its optuna trials kept at 22-44
+  (MODEL_SETTINGS says why); each run's JSON records the settings changed.
 
 Full run (long: every config is a model reload and several perf_analyzer runs; on a quiet
 machine, nothing else running):
@@ -86,6 +88,22 @@ SMOKE_SHARED: dict[str, Any] = {
         "measurement-mode": "time_windows",
         "measurement-interval": 1000,
         "stability-percentage": 50,
+    },
+}
+# resnet18 runs at < 100 infer/s here, so by Little's law (concurrency = throughput x latency)
+# no concurrency above ~15 can meet its 150 ms p95: Model Analyzer's concurrency is capped at
+# 32 for it, which removes only points that cannot be feasible. Unbounded, each of those
+# points took minutes (at 40 infer/s a window of its 400 requests lasts 10 s, and it keeps
+# enlarging windows that are not stable within 10%). Its optuna mode sizes its trial budget
+# by its space (5-10% of it), so the default space's 22-44 trials are set explicitly.
+MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "resnet18": {
+        "quick": {"run_config_search_max_concurrency": 32},
+        "optuna": {
+            "run_config_search_max_concurrency": 32,
+            "optuna_min_trials": 22,
+            "optuna_max_trials": 44,
+        },
     },
 }
 SMOKE_SETTINGS: dict[str, dict[str, Any]] = {
@@ -154,12 +172,13 @@ def profile_config(
             }
         },
     }
+    config.update(MODEL_SETTINGS.get(model, {}).get(mode, {}))
     if smoke:
         config.update(SMOKE_SETTINGS[mode])
     return config
 
 
-def run_profile(command: Path, config: dict[str, Any], run_dir: Path) -> float:
+def run_profile(command: Path, triton: Path, config: dict[str, Any], run_dir: Path) -> float:
     """`model-analyzer profile` with `config`; its wall time in seconds."""
     config_path = run_dir / "config.yaml"
     config_path.write_text(json.dumps(config, indent=2))
@@ -179,11 +198,26 @@ def run_profile(command: Path, config: dict[str, Any], run_dir: Path) -> float:
         returncode = process.wait()
     finally:
         stop_group(process)
+        stop_strays(triton, run_dir.parent)
     seconds = time.monotonic() - started
     if returncode != 0:
         tail = log.read_text(errors="replace")[-4000:]
         raise SystemExit(f"model-analyzer profile failed ({returncode}):\n{tail}")
     return seconds
+
+
+def stop_strays(triton: Path, scratch: Path) -> None:
+    """SIGKILL the tritonserver (and its python backend stubs) left serving `scratch`'s
+    repositories: Model Analyzer starts tritonserver in a session of its own, which stopping
+    Model Analyzer's group (an interrupted run) leaves running."""
+    installed, marker = str(triton.resolve().parents[1]), str(scratch)  # the peer install
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            arguments = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if arguments[0].startswith(installed) and any(marker in a for a in arguments):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def stop_group(process: subprocess.Popen[bytes]) -> None:
@@ -244,7 +278,8 @@ def summarize(
     budget = BUDGETS_MS[model]
     feasible = [m for m in measurements if m["p95_ms"] <= budget]
     best = max(feasible, key=lambda m: m["throughput"], default=None)
-    settings = {key: config[key] for key in SMOKE_SETTINGS[mode] if key in config}
+    changed = {*SMOKE_SETTINGS[mode], *MODEL_SETTINGS.get(model, {}).get(mode, {})}
+    settings = {key: config[key] for key in sorted(changed) if key in config}
     return {
         "model": model,
         "mode": mode,
@@ -350,7 +385,7 @@ def main() -> None:
                 run_dir.mkdir()
                 config = profile_config(model, mode, repository, run_dir, paths, args.smoke)
                 print(f"{model} {mode}: model-analyzer profile ...", flush=True)
-                seconds = run_profile(paths["model_analyzer"], config, run_dir)
+                seconds = run_profile(paths["model_analyzer"], paths["triton"], config, run_dir)
                 result = summarize(model, mode, run_dir, seconds, args.smoke, config)
                 print(f"{model} {mode}: {write_result(result, args.output)}", flush=True)
                 results.append(result)
