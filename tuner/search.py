@@ -180,10 +180,12 @@ class _SearchLoop:
             reused_here=self.reused,
         )
 
-    def _fail_stale_trials(self) -> None:
-        # A dead worker's trial only needs noticing about as often as it can go stale.
+    def _fail_stale_trials(self, *, now_and_then: bool = True) -> None:
+        # A dead worker's trial only needs noticing about as often as it can go stale, except
+        # while a worker waits on it (now_and_then=False).
         now = self.clock()
-        if self.stale_checked is None or now - self.stale_checked >= self.settings.heartbeat_s:
+        due = self.stale_checked is None or now - self.stale_checked >= self.settings.heartbeat_s
+        if due or not now_and_then:
             fail_stale_trials(
                 self.study, self.settings.stale_after_s, claim_within_s=self.settings.claim_within_s
             )
@@ -211,11 +213,7 @@ class _SearchLoop:
         with beating:
             while deciding(records):
                 time.sleep(_DECIDING_POLL_S)
-                fail_stale_trials(
-                    self.study,
-                    self.settings.stale_after_s,
-                    claim_within_s=self.settings.claim_within_s,
-                )
+                self._fail_stale_trials(now_and_then=False)
                 records = self._records()
         return records
 
