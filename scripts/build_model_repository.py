@@ -394,16 +394,19 @@ MODELS: dict[str, Builder | None] = {
 }
 
 
-def build_model(repository: Path, name: str, force: bool = False) -> list[Path]:
-    """Write model `name`'s missing files (all of them with `force`); return the paths written."""
+def build_model(
+    repository: Path, name: str, force: bool = False, source: Path = DEFAULT_REPOSITORY
+) -> list[Path]:
+    """Write model `name`'s missing files (all of them with `force`); return the paths written.
+    Into a repository other than `source`, the hand-written files are copied from `source`."""
     builder = MODELS[name]
     model_dir = repository / name
     written: list[Path] = []
-    if repository.resolve() != DEFAULT_REPOSITORY.resolve():
+    if repository.resolve() != source.resolve():
         for relative in HAND_WRITTEN[name]:
             target = model_dir / relative
             if wanted(target, force):
-                write_atomic(target, (DEFAULT_REPOSITORY / name / relative).read_bytes())
+                write_atomic(target, (source / name / relative).read_bytes())
                 written.append(target)
     if builder is not None:
         written += builder(model_dir, force)
@@ -411,12 +414,15 @@ def build_model(repository: Path, name: str, force: bool = False) -> list[Path]:
 
 
 def build_repository(
-    repository: Path, names: Sequence[str] = tuple(MODELS), force: bool = False
+    repository: Path,
+    names: Sequence[str] = tuple(MODELS),
+    force: bool = False,
+    source: Path = DEFAULT_REPOSITORY,
 ) -> list[Path]:
     written: list[Path] = []
     for name in names:
         start = time.perf_counter()
-        paths = build_model(repository, name, force)
+        paths = build_model(repository, name, force, source)
         for path in paths:
             print(f"built {path} ({path.stat().st_size:,} bytes)")
         if paths:
