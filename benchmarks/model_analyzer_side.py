@@ -63,6 +63,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from peer import ROOT, check_outputs, free_port, install, run_main, triton
 from python_models import ORT_TOLERANCE, build_bundled, reference, write_python_repository
 
@@ -211,13 +212,11 @@ def stop_strays(triton: Path, scratch: Path) -> None:
     repositories: Model Analyzer starts tritonserver in a session of its own, which stopping
     Model Analyzer's group (an interrupted run) leaves running."""
     installed, marker = str(triton.resolve().parents[1]), str(scratch)  # the peer install
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            arguments = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if arguments[0].startswith(installed) and any(marker in a for a in arguments):
-                os.kill(int(entry.name), signal.SIGKILL)
+    for process in psutil.process_iter(["cmdline"]):
+        arguments = process.info["cmdline"] or [""]
+        if arguments[0].startswith(installed) and any(marker in a for a in arguments):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
 
 
 def stop_group(process: subprocess.Popen[bytes]) -> None:

@@ -180,12 +180,12 @@ class _SearchLoop:
             reused_here=self.reused,
         )
 
-    def _fail_stale_trials(self, *, now_and_then: bool = True) -> None:
+    def _fail_stale_trials(self, *, force: bool = False) -> None:
         # A dead worker's trial only needs noticing about as often as it can go stale, except
-        # while a worker waits on it (now_and_then=False).
+        # while a worker waits on it (force).
         now = self.clock()
         due = self.stale_checked is None or now - self.stale_checked >= self.settings.heartbeat_s
-        if due or not now_and_then:
+        if due or force:
             fail_stale_trials(
                 self.study, self.settings.stale_after_s, claim_within_s=self.settings.claim_within_s
             )
@@ -213,7 +213,7 @@ class _SearchLoop:
         with beating:
             while deciding(records):
                 time.sleep(_DECIDING_POLL_S)
-                self._fail_stale_trials(now_and_then=False)
+                self._fail_stale_trials(force=True)
                 records = self._records()
         return records
 
