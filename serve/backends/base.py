@@ -24,6 +24,18 @@ from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.platform import ServingPlatform
 
+
+class ProducedOutputs(dict[str, np.ndarray]):
+    """A request's outputs together with the response parameters the model set (Triton's
+    response parameters: str keys; bool, int or str values). A plain dict means none."""
+
+    def __init__(
+        self, outputs: dict[str, np.ndarray] | None = None, parameters: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(outputs or {})
+        self.parameters: dict[str, Any] = dict(parameters or {})
+
+
 # Per-request result of a batch: every output the model produced, or an error for that request.
 RequestResult = dict[str, np.ndarray] | ServeError
 # A called model's responses: each response (None: a bare final flag) and whether it is the last.

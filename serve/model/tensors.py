@@ -9,6 +9,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from protocol.datatypes import WIRE_TO_NUMPY, config_to_wire
+from serve.backends.base import ProducedOutputs
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse, OutputTensor
 from serve.model.classification import (
@@ -189,4 +190,5 @@ class TensorChecker:
             model_version=self.version,
             outputs=outputs,
             id=request.id,
+            parameters=produced.parameters if isinstance(produced, ProducedOutputs) else {},
         )

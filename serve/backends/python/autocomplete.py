@@ -17,6 +17,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from protocol.proto_json import message_to_json
 from serve.backends.python.environment import child_env, execution_env_paths
 from serve.config.tensor_completion import FoundTensor, complete_tensors
 from serve.errors import ServeError
@@ -78,7 +79,7 @@ def _bindings(tree: ast.Module, name: str) -> int:
 def _run_hook(
     config: mc.ModelConfig, model_path: Path, name: str, timeout_s: float
 ) -> dict[str, Any]:
-    config_json = json_format.MessageToJson(config, preserving_proto_field_name=True)
+    config_json = json.dumps(message_to_json(config))
     with tempfile.TemporaryDirectory(prefix="autotune-autocomplete-") as tmp:
         result_file = Path(tmp) / "result.json"
         try:

@@ -132,6 +132,8 @@ def _infer_request(name: str, version: str, msg: RequestMsg) -> InferRequest:
     parameters = json.loads(msg.parameters) if msg.parameters else {}
     if not isinstance(parameters, dict):
         raise ServeError.invalid("request parameters must be a JSON object")
+    if msg.timeout:
+        parameters["timeout"] = msg.timeout
     if msg.correlation_id:
         parameters["sequence_id"] = msg.correlation_id
         parameters["sequence_start"] = bool(msg.flags & _SEQUENCE_START)

@@ -14,9 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from google.protobuf import json_format
 
-from serve.backends.base import BatchTimes, InstanceContext, ModelInstance, RequestResult
+from protocol.proto_json import message_to_json
+from serve.backends.base import (
+    BatchTimes,
+    InstanceContext,
+    ModelInstance,
+    ProducedOutputs,
+    RequestResult,
+)
 from serve.backends.python.calls import ModelCallHandler
 from serve.backends.python.environment import execution_env_paths
 from serve.backends.python.inbox import Inbox
@@ -248,9 +254,7 @@ class PythonModelInstance(ModelInstance):
     def _initialize_args(self) -> dict[str, str]:
         context = self.context
         return {
-            "model_config": json_format.MessageToJson(
-                context.config, preserving_proto_field_name=True
-            ),
+            "model_config": json.dumps(message_to_json(context.config)),
             "model_instance_kind": context.kind.removeprefix("KIND_"),
             "model_instance_name": context.instance_name,
             "model_instance_device_id": str(context.device_id),
@@ -482,6 +486,7 @@ class PythonModelInstance(ModelInstance):
             parameters=json.dumps(others, default=str) if others else "{}",
             requested_outputs=outputs,
             inputs=metas,
+            timeout=request.timeout_us or 0,
         )
 
     def _read_response(self, response: ResponseMsg) -> RequestResult:
@@ -495,6 +500,8 @@ class PythonModelInstance(ModelInstance):
                 outputs[meta.name] = meta.data
             else:
                 outputs[meta.name] = arena_array(buf, meta).copy()
+        if response.parameters:
+            return ProducedOutputs(outputs, json.loads(response.parameters))
         return outputs
 
     # -- messages the stub sends on its own ------------------------------------------------------

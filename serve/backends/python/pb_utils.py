@@ -1,168 +1,131 @@
 """`triton_python_backend_utils`: the API a Triton python model imports as `pb_utils`.
 
 The stub registers this module under Triton's name before it imports the model, so models
-written for Triton's python backend run unchanged. What needs the server (BLS inference, model
-load / unload / readiness, custom metrics) goes through the services the stub installs with
-`_install_services`; outside a stub those calls raise `TritonModelException`.
+written for Triton's python backend run unchanged. Its names are those of Triton's module
+(docs/python_backend.md lists each with its status); the parts live in the pb_* modules beside
+this one. What needs the server (BLS inference, model load / unload / readiness, custom
+metrics, cancellation) goes through the services the stub installs; outside a stub those calls
+raise `TritonModelException`.
 """
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import copy
+import enum
 import json
-import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
-import numpy as np
-
-from protocol.datatypes import WIRE_TO_NUMPY, config_to_wire, wire_datatype
-from protocol.errors import ProtocolError
-from serve.custom_metrics import (
-    check_buckets,
-    check_family,
-    check_operation,
-    describe,
-    labels_key,
+from serve.backends.python.pb_config import (
+    ModelConfig,
+    get_input_config_by_name,
+    get_output_config_by_name,
+    using_decoupled_model_transaction_policy,
 )
+from serve.backends.python.pb_errors import TritonError, TritonModelException
+from serve.backends.python.pb_logger import Logger, LogLevel
+from serve.backends.python.pb_metrics import Metric, MetricFamily, MetricKind
+from serve.backends.python.pb_metrics import flush_dropped_metrics as _flush_dropped_metrics
+from serve.backends.python.pb_services import StubServices
+from serve.backends.python.pb_services import install_services as _install_services
+from serve.backends.python.pb_services import services as _services
+from serve.backends.python.pb_tensor import Tensor
+from serve.backends.python.pb_types import (
+    TRITON_STRING_TO_NUMPY,
+    TRITONSERVER_TYPES,
+    deserialize_bytes_tensor,
+    numpy_to_triton_type,
+    serialize_byte_tensor,
+    triton_string_to_numpy,
+    triton_to_numpy_type,
+)
+
+__all__ = [
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "TRITONSERVER_TYPES",
+    "TRITON_STRING_TO_NUMPY",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceResponseSender",
+    "InferenceTrace",
+    "LogLevel",
+    "Logger",
+    "MemoryType",
+    "Metric",
+    "MetricFamily",
+    "MetricKind",
+    "ModelConfig",
+    "PreferredMemory",
+    "StubServices",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "_flush_dropped_metrics",
+    "_install_services",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "unload_model",
+    "using_decoupled_model_transaction_policy",
+]
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
-
-# TRITONSERVER_DataType values, as Tensor.triton_dtype() reports them.
-TRITONSERVER_TYPES: dict[str, int] = {
-    "BOOL": 1,
-    "UINT8": 2,
-    "UINT16": 3,
-    "UINT32": 4,
-    "UINT64": 5,
-    "INT8": 6,
-    "INT16": 7,
-    "INT32": 8,
-    "INT64": 9,
-    "FP16": 10,
-    "FP32": 11,
-    "FP64": 12,
-    "BYTES": 13,
-    "BF16": 14,
-}
-_TYPE_TO_WIRE = {v: k for k, v in TRITONSERVER_TYPES.items()}
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 
-class TritonModelException(Exception):
-    """Raised by the API on misuse; a model may raise it too."""
+class MemoryType(enum.IntEnum):
+    """Where a BLS call would like its outputs (`PreferredMemory`)."""
+
+    TRITONSERVER_MEMORY_GPU = 0
+    TRITONSERVER_MEMORY_CPU = 1
 
 
-class StubServices(Protocol):
-    """What the stub provides to the API for the calls that need the server."""
-
-    def infer(
-        self, request: InferenceRequest, decoupled: bool
-    ) -> InferenceResponse | Iterator[InferenceResponse]: ...
-
-    async def infer_async(
-        self, request: InferenceRequest, decoupled: bool
-    ) -> InferenceResponse | Iterator[InferenceResponse]: ...
-
-    def control(self, op: str, args: tuple[Any, ...]) -> Any: ...
-
-    def metric(self, op: str, args: tuple[Any, ...]) -> float | None: ...
+TRITONSERVER_MEMORY_GPU = MemoryType.TRITONSERVER_MEMORY_GPU
+TRITONSERVER_MEMORY_CPU = MemoryType.TRITONSERVER_MEMORY_CPU
 
 
-_SERVICES: StubServices | None = None
+class PreferredMemory:
+    """`PreferredMemory(TRITONSERVER_MEMORY_CPU | _GPU, device_id=0)` for a BLS request's
+    outputs. A hint, as in Triton; this server hands every BLS output over in host memory."""
 
-
-def _install_services(services: StubServices | None) -> None:
-    """Called by the stub once at start (None removes them)."""
-    global _SERVICES
-    _SERVICES = services
-
-
-def _services() -> StubServices:
-    if _SERVICES is None:
-        raise TritonModelException(
-            "this call needs the server: it only works inside a model the server runs"
-        )
-    return _SERVICES
-
-
-class TritonError:
-    """An error for one response: `InferenceResponse(error=TritonError("msg"))`."""
-
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
-
-    def __init__(self, message: str, code: int = UNKNOWN) -> None:
-        self._message = str(message)
-        self._code = int(code)
-
-    def message(self) -> str:
-        return self._message
-
-    def code(self) -> int:
-        return self._code
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        if preferred_memory_type is None or preferred_device_id is None:
+            raise TypeError("PreferredMemory: memory type and device id must not be None")
+        self.preferred_memory_type = MemoryType(int(preferred_memory_type))
+        self.preferred_device_id = int(preferred_device_id)
 
     def __repr__(self) -> str:
-        return f"TritonError({self._message!r}, code={self._code})"
+        kind = self.preferred_memory_type.name
+        return f"PreferredMemory({kind}, {self.preferred_device_id})"
 
 
-class Tensor:
-    """A named tensor; on CPU, backed by a numpy array."""
+class InferenceTrace:
+    """A request's trace (`request.trace()`, or passed to a BLS request to trace it within
+    the caller's trace). `get_context()` is the OpenTelemetry context; this server traces in
+    Triton's own mode only, so it is None."""
 
-    def __init__(self, name: str, array: np.ndarray) -> None:
-        if not isinstance(array, np.ndarray):
-            raise TritonModelException(
-                f"Tensor '{name}': expected a numpy array, got {type(array).__name__}"
-            )
-        self._name = name
-        self._array = array
+    def __init__(self, context: str | None = None) -> None:
+        self._context = context or None
 
-    def name(self) -> str:
-        return self._name
-
-    def as_numpy(self) -> np.ndarray:
-        return self._array
-
-    def shape(self) -> list[int]:
-        return [int(d) for d in self._array.shape]
-
-    def triton_dtype(self) -> int:
-        return numpy_to_triton_type(self._array.dtype)
-
-    def is_cpu(self) -> bool:
-        return True
-
-    def to_dlpack(self) -> Any:
-        try:
-            return self._array.__dlpack__()
-        except (BufferError, TypeError) as exc:
-            raise TritonModelException(f"Tensor '{self._name}': to_dlpack: {exc}") from exc
-
-    @staticmethod
-    def from_dlpack(name: str, tensor: Any) -> Tensor:
-        """A tensor from any object implementing `__dlpack__` (a torch tensor, a numpy array)."""
-        if not hasattr(tensor, "__dlpack__"):
-            raise TritonModelException(
-                f"Tensor '{name}': from_dlpack needs an object with __dlpack__ "
-                "(raw DLPack capsules are not supported)"
-            )
-        try:
-            return Tensor(name, np.from_dlpack(tensor))
-        except (BufferError, TypeError, RuntimeError) as exc:
-            raise TritonModelException(f"Tensor '{name}': from_dlpack: {exc}") from exc
-
-    def __repr__(self) -> str:
-        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+    def get_context(self) -> str | None:
+        return self._context
 
 
 class InferenceRequest:
@@ -173,17 +136,36 @@ class InferenceRequest:
 
     def __init__(
         self,
-        model_name: str = "",
-        requested_output_names: Sequence[str] = (),
-        inputs: Sequence[Tensor] = (),
         request_id: str = "",
         correlation_id: int | str = 0,
+        inputs: Sequence[Tensor] = (),
+        requested_output_names: Sequence[str] = (),
+        model_name: str = "",
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: InferenceTrace | None = None,
         parameters: dict[str, Any] | str | None = None,
-        **_ignored: Any,
     ) -> None:
+        # Triton's binding takes bytes where it wants a str (a BYTES tensor's item, say).
+        request_id = _text(request_id)
+        model_name = _text(model_name)
+        requested_output_names = [_text(name) for name in requested_output_names]
+        if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
+            raise TritonModelException("Correlation ID must be integer or string")
+        for tensor in inputs:
+            if tensor is None:
+                raise TritonModelException(
+                    f"Input tensor for request with id '{request_id}' and model name "
+                    f"'{model_name}' should not be empty."
+                )
+        for output_name in requested_output_names:
+            if output_name == "":
+                raise TritonModelException(
+                    f"Requested output name for request with id '{request_id}' and model "
+                    f"name '{model_name}' should not be empty."
+                )
         self._model_name = model_name
         self._requested_output_names = list(requested_output_names)
         self._inputs = list(inputs)
@@ -191,10 +173,14 @@ class InferenceRequest:
         self._correlation_id = correlation_id
         self._model_version = model_version
         self._flags = flags
-        self._timeout = timeout
-        if parameters is None:
-            parameters = {}
-        self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._timeout = int(timeout)
+        self._preferred_memory = preferred_memory or PreferredMemory(
+            MemoryType.TRITONSERVER_MEMORY_CPU
+        )
+        self._trace = trace or InferenceTrace()
+        self._parameters = (
+            parameters if isinstance(parameters, str) else parameters_json(parameters)
+        )
         self._response_sender: InferenceResponseSender | None = None  # set for decoupled models
 
     def inputs(self) -> list[Tensor]:
@@ -212,8 +198,18 @@ class InferenceRequest:
     def flags(self) -> int:
         return self._flags
 
+    def set_flags(self, flags: int) -> None:
+        self._flags = int(flags)
+
     def timeout(self) -> int:
+        """The request's timeout in microseconds (0: none)."""
         return self._timeout
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
+
+    def preferred_memory(self) -> PreferredMemory:
+        return self._preferred_memory
 
     def parameters(self) -> str:
         """The request's parameters as a JSON object string (Triton's form)."""
@@ -296,7 +292,8 @@ class InferenceResponseSender:
 
 
 class InferenceResponse:
-    """What `execute` returns for each request: output tensors, or an error."""
+    """What `execute` returns for each request: output tensors, or an error; `parameters`
+    (str keys; bool, int or str values) reach the client as the response's parameters."""
 
     def __init__(
         self,
@@ -304,9 +301,14 @@ class InferenceResponse:
         error: TritonError | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        self._output_tensors = list(output_tensors or [])
+        tensors = list(output_tensors or [])
+        if any(tensor is None for tensor in tensors):
+            raise TritonModelException("Output tensor for inference response should not be empty.")
+        self._output_tensors = tensors
         self._error = error
-        self._parameters = parameters
+        self._parameters = (
+            parameters if isinstance(parameters, str) else parameters_json(parameters)
+        )
 
     def output_tensors(self) -> list[Tensor]:
         return self._output_tensors
@@ -316,6 +318,33 @@ class InferenceResponse:
 
     def error(self) -> TritonError | None:
         return self._error
+
+    def parameters(self) -> str:
+        """The response's parameters as a JSON object string (Triton's form)."""
+        return self._parameters
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def parameters_json(parameters: dict[str, Any] | None) -> str:
+    """Request or response parameters as Triton keeps them: a JSON object string, checked as
+    Triton checks them (str keys; bool, int or str values)."""
+    if parameters is None:
+        return "{}"
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return json.dumps(parameters)
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
@@ -348,243 +377,3 @@ def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor 
         if tensor.name() == name:
             return tensor
     return None
-
-
-def triton_string_to_numpy(triton_type_string: str) -> type:
-    """`"TYPE_FP32"` -> `numpy.float32`; `"TYPE_STRING"` -> `numpy.object_`."""
-    wire = config_to_wire(triton_type_string)
-    if wire not in WIRE_TO_NUMPY:
-        raise TritonModelException(f"no numpy type for '{triton_type_string}'")
-    return WIRE_TO_NUMPY[wire].type
-
-
-def numpy_to_triton_type(dtype: Any) -> int:
-    try:
-        return TRITONSERVER_TYPES[wire_datatype(np.dtype(dtype))]
-    except ProtocolError as exc:
-        raise TritonModelException(str(exc)) from None
-
-
-def triton_to_numpy_type(triton_type: int) -> type:
-    wire = _TYPE_TO_WIRE.get(triton_type)
-    if wire is None or wire not in WIRE_TO_NUMPY:
-        raise TritonModelException(f"no numpy type for Triton data type {triton_type}")
-    return WIRE_TO_NUMPY[wire].type
-
-
-class Metric:
-    """One custom metric: made by `MetricFamily.Metric(labels, buckets)`, never directly.
-
-    Values live in the server, which shows them in /metrics. Metrics with the same family and
-    labels are one metric. As in Triton, the family object keeps the first Metric object of each
-    labels alive; unlike Triton (where a Metric whose family object was deleted raises), a Metric
-    also keeps its family alive. When neither is referred to any more, the server drops them (at
-    the model's next metric call, or when its stub stops)."""
-
-    def __init__(self, family: MetricFamily, labels: tuple[tuple[str, str], ...]) -> None:
-        self._family = family
-        self._labels = labels
-        self._where = describe(family._name, labels)
-
-    def increment(self, value: float) -> None:
-        """Add `value` (a counter: non-negative only; a gauge: either sign)."""
-        self._update("increment", value, "Failed to increment metric value")
-
-    def set(self, value: float) -> None:
-        """Set a gauge to `value`."""
-        self._update("set", value, "Failed to set metric value")
-
-    def observe(self, value: float) -> None:
-        """Count `value` in a histogram's buckets, sum and count."""
-        self._update("observe", value, "Failed to observe metric value")
-
-    def value(self) -> float:
-        """A counter's or gauge's current value (a histogram has none)."""
-        try:
-            check_operation(self._family._kind, "value", self._where)
-        except ValueError as exc:
-            raise TritonModelException(f"Failed to get metric value: {exc}") from None
-        args = (self._family._name, self._labels)
-        found = _metric_call("value", args, "Failed to get metric value")
-        return 0.0 if found is None else float(found)
-
-    def _update(self, op: str, value: float, failure: str) -> None:
-        try:
-            number = check_operation(self._family._kind, op, self._where, value)
-        except ValueError as exc:
-            raise TritonModelException(f"{failure}: {exc}") from None
-        _metric_call(op, (self._family._name, self._labels, number))
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter exit the module may be gone
-            _dropped.append(("drop_metric", (self._family._name, self._labels)))
-
-
-_MetricObject = Metric  # MetricFamily.Metric (Triton's name) hides the class inside its body
-
-
-class MetricFamily:
-    """`pb_utils.MetricFamily(name, description, kind)`: a Prometheus family of custom metrics.
-
-    `kind` is COUNTER, GAUGE or HISTOGRAM. The same name gives the same family (the first
-    description is kept; another kind raises TritonModelException). The name must be a valid
-    Prometheus metric name not starting with `nv_` (the server's own metrics)."""
-
-    COUNTER = "counter"
-    GAUGE = "gauge"
-    HISTOGRAM = "histogram"
-
-    def __init__(self, name: str, description: str, kind: str) -> None:
-        try:
-            name = check_family(name, description, kind)
-        except ValueError as exc:
-            raise TritonModelException(f"Error when creating MetricFamily: {exc}") from None
-        _metric_call("family", (name, description, kind), "Error when creating MetricFamily")
-        self._name = name
-        self._kind = kind
-        self._metrics: dict[tuple[tuple[str, str], ...], Metric] = {}
-
-    def Metric(  # Triton's name
-        self, labels: dict[str, str] | None = None, buckets: Sequence[float] | None = None
-    ) -> _MetricObject:
-        """A metric of this family with `labels` (string names and values); a histogram needs
-        `buckets`, its strictly increasing bucket boundaries (+Inf is added)."""
-        if labels is None:
-            labels = {}
-        if not isinstance(labels, dict):
-            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
-        try:
-            key = labels_key(self._name, tuple(labels.items()))
-            bounds = check_buckets(self._kind, describe(self._name, key), buckets)
-        except ValueError as exc:
-            raise TritonModelException(f"Error when creating Metric: {exc}") from None
-        args = (self._name, key, None if bounds is None else list(bounds))
-        _metric_call("metric", args, "Error when creating Metric")
-        metric = _MetricObject(self, key)
-        self._metrics.setdefault(key, metric)
-        return metric
-
-    def __del__(self) -> None:
-        if "_name" in self.__dict__:  # not when __init__ failed
-            with contextlib.suppress(Exception):
-                _dropped.append(("drop_family", (self._name,)))
-
-
-# Drops from __del__ wait here: __del__ may run inside a garbage collection at any point, even
-# while this thread is sending, so it never sends; the next metric call (or the stub) sends them.
-_dropped: collections.deque[tuple[str, tuple[Any, ...]]] = collections.deque()
-
-
-def _flush_dropped_metrics() -> None:
-    """Send the drops of deleted Metric and MetricFamily objects (the stub may call this)."""
-    services = _services()
-    while True:
-        try:
-            op, args = _dropped.popleft()  # another thread may be flushing too
-        except IndexError:
-            return
-        with contextlib.suppress(TritonModelException):  # a drop's failure is not the caller's
-            services.metric(op, args)
-
-
-def _metric_call(op: str, args: tuple[Any, ...], failure: str = "") -> float | None:
-    _flush_dropped_metrics()
-    try:
-        return _services().metric(op, args)
-    except TritonModelException as exc:
-        raise TritonModelException(f"{failure}: {exc}" if failure else str(exc)) from None
-
-
-class Logger:
-    """Triton's model logger; here every level goes to the stub's stderr."""
-
-    class LogLevel:
-        INFO = 0
-        WARNING = 1
-        ERROR = 2
-        VERBOSE = 3
-
-    _PREFIX = {0: "I", 1: "W", 2: "E", 3: "V"}
-
-    @staticmethod
-    def log(message: str, level: int = 0) -> None:
-        print(f"{Logger._PREFIX.get(level, 'I')} [python model] {message}", file=sys.stderr)
-
-    @staticmethod
-    def log_info(message: str) -> None:
-        Logger.log(message, Logger.LogLevel.INFO)
-
-    @staticmethod
-    def log_warn(message: str) -> None:
-        Logger.log(message, Logger.LogLevel.WARNING)
-
-    @staticmethod
-    def log_error(message: str) -> None:
-        Logger.log(message, Logger.LogLevel.ERROR)
-
-    @staticmethod
-    def log_verbose(message: str) -> None:
-        Logger.log(message, Logger.LogLevel.VERBOSE)
-
-
-class ModelConfig:
-    """The object `TritonPythonModel.auto_complete_config` receives and returns.
-
-    It records what the model asks for; the server applies it to the real config afterwards,
-    filling only what the config lacks. `as_dict()` shows the config with the additions.
-    """
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self._config = config
-        self.max_batch_size: int | None = None
-        self.dynamic_batching = False
-        self.inputs: list[dict[str, Any]] = []
-        self.outputs: list[dict[str, Any]] = []
-        self.transaction_policy: dict[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        merged = copy.deepcopy(self._config)
-        if self.max_batch_size is not None and not merged.get("max_batch_size"):
-            merged["max_batch_size"] = self.max_batch_size
-        if self.dynamic_batching and "sequence_batching" not in merged:
-            merged.setdefault("dynamic_batching", {})
-        for key, added in (("input", self.inputs), ("output", self.outputs)):
-            present = {t.get("name") for t in merged.get(key, [])}
-            merged.setdefault(key, []).extend(t for t in added if t["name"] not in present)
-        return merged
-
-    def set_max_batch_size(self, max_batch_size: int) -> None:
-        self.max_batch_size = int(max_batch_size)
-
-    def set_dynamic_batching(self) -> None:
-        self.dynamic_batching = True
-
-    def add_input(self, input: dict[str, Any]) -> None:
-        self.inputs.append(_tensor_entry("input", input))
-
-    def add_output(self, output: dict[str, Any]) -> None:
-        self.outputs.append(_tensor_entry("output", output))
-
-    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
-        self.transaction_policy = dict(transaction_policy_dict)
-
-    def recorded(self) -> dict[str, Any]:
-        """What the model asked for, as plain data the server can apply."""
-        return {
-            "max_batch_size": self.max_batch_size,
-            "dynamic_batching": self.dynamic_batching,
-            "input": self.inputs,
-            "output": self.outputs,
-            "model_transaction_policy": self.transaction_policy,
-        }
-
-
-def _tensor_entry(kind: str, entry: dict[str, Any]) -> dict[str, Any]:
-    if not isinstance(entry, dict):
-        raise ValueError(f"add_{kind} expects a dict, got {type(entry).__name__}")
-    missing = [key for key in ("name", "data_type", "dims") if key not in entry]
-    if missing:
-        raise ValueError(f"add_{kind}: {entry.get('name', '?')!r} lacks {', '.join(missing)}")
-    result = dict(entry)
-    result["dims"] = [int(d) for d in entry["dims"]]
-    return result

@@ -52,12 +52,14 @@ class RequestMsg(NamedTuple):
     parameters: str  # JSON object
     requested_outputs: list[str]
     inputs: list[TensorMeta]
+    timeout: int = 0  # microseconds; 0: none
 
 
 class ResponseMsg(NamedTuple):
     outputs: list[TensorMeta]
     error: str | None = None
     error_code: int = 0  # a pb_utils.TritonError code
+    parameters: str = ""  # the response's parameters, a JSON object ("": none)
 
 
 # server -> stub
@@ -195,11 +197,11 @@ _TAGS = {cls: tag for tag, cls in enumerate(_MESSAGES)}
 
 
 def _flat_request(r: RequestMsg) -> tuple[Any, ...]:
-    return (*r[:5], [tuple(m) for m in r.inputs])
+    return (*r[:5], [tuple(m) for m in r.inputs], *r[6:])
 
 
 def _request(flat: Sequence[Any]) -> RequestMsg:
-    request_id, correlation_id, flags, parameters, requested_outputs, inputs = flat
+    request_id, correlation_id, flags, parameters, requested_outputs, inputs, *rest = flat
     return RequestMsg(
         request_id,
         correlation_id,
@@ -207,11 +209,14 @@ def _request(flat: Sequence[Any]) -> RequestMsg:
         parameters,
         requested_outputs,
         [TensorMeta(*m) for m in inputs],
+        *rest,
     )
 
 
 def _flat_response(r: ResponseMsg | None) -> tuple[Any, ...] | None:
-    return None if r is None else ([tuple(m) for m in r.outputs], r.error, r.error_code)
+    if r is None:
+        return None
+    return ([tuple(m) for m in r.outputs], r.error, r.error_code, r.parameters)
 
 
 def _response(flat: Sequence[Any] | None) -> ResponseMsg | None:

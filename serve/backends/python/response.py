@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from serve.backends.python.protocol import ResponseMsg, TensorMeta
@@ -32,4 +34,5 @@ def inline_response(response: InferResponse) -> ResponseMsg:
         data = output.data
         dtype = "|O" if data.dtype.kind == "O" else data.dtype.str
         metas.append(TensorMeta(output.name, dtype, data.shape, -1, np.ascontiguousarray(data)))
-    return ResponseMsg(metas)
+    parameters = json.dumps(response.parameters) if response.parameters else ""
+    return ResponseMsg(metas, parameters=parameters)

@@ -98,6 +98,7 @@ def _request_message(request: pb_utils.InferenceRequest) -> RequestMsg:
         parameters=request.parameters(),
         requested_outputs=request.requested_output_names(),
         inputs=[inline_tensor(tensor, "input") for tensor in request.inputs()],
+        timeout=request.timeout(),
     )
 
 
@@ -106,7 +107,7 @@ def inline_tensor(tensor: Any, role: str) -> TensorMeta:
     TritonModelException naming the `role` ("input", "output") for what cannot travel."""
     if not isinstance(tensor, pb_utils.Tensor):
         raise pb_utils.TritonModelException(f"{role} {tensor!r} is not a pb_utils.Tensor")
-    array = tensor.as_numpy()
+    array = tensor._host_array()
     if array.dtype.kind in BYTES_KINDS:
         return TensorMeta(tensor.name(), "|O", array.shape, -1, bytes_array(array))
     try:
@@ -130,7 +131,7 @@ def _response(reply: CallReply) -> pb_utils.InferenceResponse:
     tensors = [
         pb_utils.Tensor(meta.name, meta.data) for meta in message.outputs if meta.data is not None
     ]
-    return pb_utils.InferenceResponse(output_tensors=tensors)
+    return pb_utils.InferenceResponse(output_tensors=tensors, parameters=message.parameters or None)
 
 
 def bytes_array(array: np.ndarray) -> np.ndarray:

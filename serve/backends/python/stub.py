@@ -240,6 +240,7 @@ class Stub:
             correlation_id=msg.correlation_id,
             model_version=self._model_version,
             flags=msg.flags,
+            timeout=msg.timeout,
             parameters=msg.parameters,
         )
 
@@ -265,7 +266,7 @@ class Stub:
             except ValueError as exc:
                 packed.append(ResponseMsg([], str(exc), pb_utils.TritonError.INTERNAL))
                 continue
-            packed.append(ResponseMsg(metas))
+            packed.append(ResponseMsg(metas, parameters=_parameters(response)))
             writes.extend(arrays)
         if writes:
             if end > output_arena.size:
@@ -310,7 +311,7 @@ def _layout(
     for tensor in tensors:
         if not isinstance(tensor, pb_utils.Tensor):
             raise ValueError(f"output {tensor!r} is not a pb_utils.Tensor")
-        array = tensor.as_numpy()
+        array = tensor._host_array()
         if array.dtype.kind in BYTES_KINDS:
             metas.append(TensorMeta(tensor.name(), "|O", array.shape, -1, bytes_array(array)))
             continue
@@ -333,7 +334,14 @@ def _inline(response: pb_utils.InferenceResponse) -> ResponseMsg:
         if isinstance(error, pb_utils.TritonError):
             return ResponseMsg([], error.message(), error.code())
         return ResponseMsg([], str(error), pb_utils.TritonError.UNKNOWN)
-    return ResponseMsg([inline_tensor(tensor, "output") for tensor in response.output_tensors()])
+    outputs = [inline_tensor(tensor, "output") for tensor in response.output_tensors()]
+    return ResponseMsg(outputs, parameters=_parameters(response))
+
+
+def _parameters(response: pb_utils.InferenceResponse) -> str:
+    """The response's parameters for the message ("" when it has none)."""
+    parameters = response.parameters()
+    return "" if parameters in ("", "{}") else parameters
 
 
 async def _bounded(awaitable: Any) -> Any:

@@ -545,13 +545,27 @@ def test_auto_complete_config_fills_what_the_config_lacks(tmp_path: Path) -> Non
 
 def test_auto_complete_config_keeps_what_the_config_says(tmp_path: Path) -> None:
     config = _autocomplete(
-        tmp_path,
-        AUTOCOMPLETE_MODEL,
-        'name: "auto" backend: "python" max_batch_size: 4 sequence_batching {}',
+        tmp_path, AUTOCOMPLETE_MODEL, 'name: "auto" backend: "python" max_batch_size: 4'
     )
     assert config.max_batch_size == 4
-    assert not config.HasField("dynamic_batching")
-    assert config.HasField("sequence_batching")
+    assert config.HasField("dynamic_batching")
+
+
+def test_auto_complete_dynamic_batching_over_a_sequence_batcher_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Triton's set_dynamic_batching raises when the config has another scheduler.
+    with pytest.raises(ServeError) as info:
+        _autocomplete(
+            tmp_path,
+            AUTOCOMPLETE_MODEL,
+            'name: "auto" backend: "python" max_batch_size: 4 sequence_batching {}',
+        )
+    assert (
+        "Configuration specified scheduling_choice as 'sequence_batching', but "
+        "auto-complete-config function for model 'auto' tries to set scheduling_choice as "
+        "'dynamic_batching'" in info.value.message
+    )
 
 
 def test_auto_complete_config_conflict_names_the_tensor(tmp_path: Path) -> None:
@@ -583,7 +597,10 @@ def test_auto_complete_config_error_is_reported(tmp_path: Path) -> None:
         _autocomplete(tmp_path, source, 'name: "auto"')
     assert info.value.kind is ErrorKind.UNAVAILABLE
     assert "auto: auto_complete_config failed: ValueError" in info.value.message
-    assert "lacks data_type, dims" in info.value.message
+    assert (
+        "input 'X' in auto-complete-config function for model 'auto' is missing "
+        "'data_type' property." in info.value.message
+    )
 
 
 def test_autocomplete_function_is_exposed(tmp_path: Path) -> None:
@@ -607,7 +624,7 @@ def test_pb_utils_api() -> None:
         pb_utils.Tensor.from_dlpack("Y", tensor.as_numpy()).as_numpy(), array
     )
     with pytest.raises(pb_utils.TritonModelException):
-        pb_utils.Tensor("Z", [1, 2])  # type: ignore[arg-type]
+        pb_utils.Tensor("Z", None)  # type: ignore[arg-type]
     assert pb_utils.triton_string_to_numpy("TYPE_FP32") is np.float32
     assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
     assert pb_utils.triton_to_numpy_type(pb_utils.numpy_to_triton_type(np.int64)) is np.int64
