@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
-from serve.backends.base import BatchTimes, InstanceContext, ModelInstance, RequestResult
+from serve.backends.base import (
+    BatchTimes,
+    InstanceContext,
+    ModelInstance,
+    RequestResult,
+    Rescheduled,
+)
 from serve.backends.python.calls import ModelCallHandler
 from serve.backends.python.environment import execution_env_paths
 from serve.backends.python.inbox import Inbox
@@ -433,9 +439,18 @@ class PythonModelInstance(ModelInstance):
                     self._early_errors.pop(slot, {}) for slot in self._executing
                 ]
                 self._executing = range(0)
+                for index in reply.rescheduled:
+                    # Its next execution gets a slot of its own; one that failed or had its
+                    # final flag already is not run again.
+                    slot = batch.first_slot + index
+                    ended = isinstance(results[index], ServeError)
+                    if not ended and self._streams.pop(slot, None) is not None:
+                        results[index] = Rescheduled()
             self._pump_wake.set()  # responses may still come after execute returned
         else:
             results = [self._read_response(response) for response in reply.responses]
+            for index in reply.rescheduled:
+                results[index] = Rescheduled()
         times.compute_infer_ns = received - batch.sent_ns
         times.compute_output_ns = time.perf_counter_ns() - received
         return results

@@ -32,6 +32,8 @@ from serve.custom_metrics import (
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 # TRITONSERVER_DataType values, as Tensor.triton_dtype() reports them.
 TRITONSERVER_TYPES: dict[str, int] = {
@@ -196,6 +198,7 @@ class InferenceRequest:
             parameters = {}
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
         self._response_sender: InferenceResponseSender | None = None  # set for decoupled models
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -227,6 +230,22 @@ class InferenceRequest:
 
     def is_cancelled(self) -> bool:
         return False
+
+    def set_release_flags(self, flags: int) -> None:
+        """How the server releases this request once execute returns: with
+        TRITONSERVER_REQUEST_RELEASE_RESCHEDULE it runs again in a later batch, where the model
+        config has sequence_batching { iterative_sequence: true }. A model that is not
+        decoupled returns None in its place; a decoupled one keeps its responses coming."""
+        if not isinstance(flags, int) or not 0 <= flags < 1 << 32:
+            raise TypeError(
+                "set_release_flags(): incompatible function arguments: flags must be an "
+                f"unsigned 32-bit integer, got {flags!r}"
+            )
+        self._release_flags = flags
+
+    def _rescheduled(self) -> bool:
+        # The flag's bit decides, as Triton's core reschedules on it.
+        return bool(self._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._response_sender is None:
