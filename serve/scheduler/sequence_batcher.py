@@ -177,7 +177,8 @@ class SequenceBatcher:
         slot.in_flight += 1
         # Triton frees the slot as soon as its sequence's last request is on its way: a
         # backlogged sequence's requests queue behind it in the same slot.
-        if (pending.flags.end and not self._iterative) or (slot.reap and not slot.queue):
+        # An iterative sequence's slot frees when its request is answered (`_end_iterative`).
+        if not self._iterative and (pending.flags.end or (slot.reap and not slot.queue)):
             self._table.release(slot)
 
     def complete(self, slot: SeqSlot, pending: SequencePending, result: RequestResult) -> None:
@@ -207,9 +208,12 @@ class SequenceBatcher:
         self._note_idle()
 
     def _end_iterative(self, slot: SeqSlot, sequence: SequenceId) -> None:
-        """An iterative sequence's request was answered: the sequence ends and its slot frees
-        (now, or once requests queued behind it have run)."""
-        if self._table.forget(sequence) is slot and not slot.queue and not slot.in_flight:
+        """An iterative sequence's request was answered: the sequence ends (a new request with
+        its id needs START) and its slot frees, now or once the requests queued in it (a START
+        repeated with that id) have been answered too."""
+        if self._table.bound(sequence) is slot:
+            self._table.forget(sequence)
+        if slot.sequence == sequence and not slot.queue and not slot.in_flight:
             # A backlogged sequence taking the slot runs when the lane looks at it next.
             self._table.release(slot)
 

@@ -1,10 +1,10 @@
 """Iterative sequences (`sequence_batching { iterative_sequence: true }`) in the sequence
 batcher, driven through a fake instance on real InstanceWorkers.
 
-The fake counts the executions of each correlation id and answers `Rescheduled()` until a
-request has run IN times, then OUT = that count; it records what each execution saw (not-ready
-rows, correlation id 0, aside). Waits are
-bounded; nothing asserts durations.
+The fake counts the executions of each request (correlation id and request id) and answers
+`Rescheduled()` until a request has run IN times, then OUT = that count; it records what each
+execution saw (not-ready rows, correlation id 0, aside). Waits are bounded; nothing asserts
+durations.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class CountingInstance(ModelInstance):
     def __init__(self, context: InstanceContext, seen: list[list[Seen]]) -> None:
         super().__init__(context)
         self._seen = seen
-        self._counts: dict[int, int] = {}
+        self._counts: dict[tuple[int, str], int] = {}
 
     def load(self) -> None:
         pass
@@ -93,9 +93,9 @@ class CountingInstance(ModelInstance):
                     request.id,
                 )
             )
-            count = self._counts.pop(corrid, 0) + 1
+            count = self._counts.pop((corrid, request.id), 0) + 1
             if count < float(request.inputs["IN"].reshape(-1)[0]):
-                self._counts[corrid] = count
+                self._counts[corrid, request.id] = count
                 results.append(Rescheduled())
             else:
                 results.append({"OUT": np.array([[count]], dtype=np.float32)})
@@ -198,6 +198,28 @@ def test_a_client_sequence_id_ends_with_its_request() -> None:
 
 
 @pytest.mark.parametrize("strategy", ["direct { }", "oldest { }"])
+def test_a_start_repeated_with_a_live_id_shares_its_slot_until_both_are_answered(
+    strategy: str,
+) -> None:
+    async def body() -> None:
+        h = Harness(model_config(0, f"iterative_sequence: true {strategy}"))  # one slot
+        first = h.send(2, "a", sequence_id=9, sequence_start=True)
+        second = h.send(3, "b", sequence_id=9, sequence_start=True)
+        waiting = h.send(2, "c")  # in the backlog until the slot frees
+        assert [await count_of(f) for f in (first, second, waiting)] == [2, 3, 2]
+        assert {s.corrid for b in h.seen for s in b if s.request_id in "ab"} == {9}
+        # The slot went to the backlogged request only once both with id 9 were answered.
+        order = [s.request_id for b in h.seen for s in b]
+        assert order.index("c") > max(i for i, rid in enumerate(order) if rid in "ab"), order
+        refused = await answer(h.send(1, "d", sequence_id=9))
+        assert isinstance(refused, ServeError) and "must specify the START flag" in str(refused)
+        assert await count_of(h.send(1, "e")) == 1
+        await h.batcher.close()
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("strategy", ["direct { }", "oldest { }"])
 def test_without_iterative_sequence_a_rescheduled_request_gets_tritons_error(
     strategy: str,
 ) -> None:
@@ -207,7 +229,7 @@ def test_without_iterative_sequence_a_rescheduled_request_gets_tritons_error(
         assert type(failed) is ServeError
         assert failed.kind is ErrorKind.INVALID_ARGUMENT
         assert failed.message == NOT_CONFIGURED
-        assert await count_of(h.send(1, "y", sequence_id=5, sequence_end=True)) == 2
+        assert await count_of(h.send(1, "y", sequence_id=5, sequence_end=True)) == 1
         await h.batcher.close()
         assert (h.stats.success.count, h.stats.fail.count) == (1, 1)
 
