@@ -20,7 +20,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.custom_metrics import CustomMetrics
-from serve.errors import ServeError
+from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.platform import ServingPlatform
 
@@ -36,7 +36,25 @@ class ProducedOutputs(dict[str, np.ndarray]):
         self.parameters: dict[str, Any] = dict(parameters or {})
 
 
-# Per-request result of a batch: every output the model produced, or an error for that request.
+class Rescheduled(ServeError):
+    """A request's result when the model asked to run it again in a later batch (Triton's
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE): the request is not answered yet.
+
+    Only a scheduler that takes requests back (the sequence batcher of a model with
+    `sequence_batching { iterative_sequence: true }`) gets it as such; `InstanceWorker` turns it
+    into a plain ServeError for any other, with Triton's words for that misuse. Being a
+    ServeError, it needs no branch where rescheduling cannot happen."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            ErrorKind.INVALID_ARGUMENT,
+            "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model "
+            "is not configured to handle such a flag.",
+        )
+
+
+# Per-request result of a batch: every output the model produced, or an error for that request
+# (a Rescheduled one: the model wants the request back).
 RequestResult = dict[str, np.ndarray] | ServeError
 # A called model's responses: each response (None: a bare final flag) and whether it is the last.
 CallResponse = Callable[[InferResponse | ServeError | None, bool], None]
@@ -128,6 +146,7 @@ class ModelInstance(abc.ABC):
         Called from this instance's worker thread, never concurrently with itself. Inputs were
         validated against the model config; a request's inputs keep their batch dimension when
         the model batches. Fill `times` with the compute input / infer / output durations.
+        A request the model released for rescheduling gets `Rescheduled()`.
         """
 
     def begin(

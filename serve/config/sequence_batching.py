@@ -23,9 +23,14 @@ def check_sequence_batching(config: mc.ModelConfig, fail: Fail) -> None:
     """Raise the error `fail` makes on the first violation."""
     batching = config.sequence_batching
     if config.model_transaction_policy.decoupled:
-        raise fail("sequence_batching", "is not supported for decoupled models yet")
-    if batching.iterative_sequence:
-        raise fail("sequence_batching.iterative_sequence", "is not supported yet")
+        # A decoupled model's outputs stream past the batcher, so no state can be kept.
+        if not batching.iterative_sequence:
+            raise fail(
+                "sequence_batching",
+                "is not supported for decoupled models yet, except with iterative_sequence",
+            )
+        if batching.state:
+            raise fail("sequence_batching.state", "is not supported for decoupled models yet")
     if batching.HasField("direct"):
         utilization = batching.direct.minimum_slot_utilization
         if not 0.0 <= utilization <= 1.0:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from serve.backends.base import BatchTimes, ModelInstance, RequestResult
+from serve.backends.base import BatchTimes, ModelInstance, RequestResult, Rescheduled
 from serve.errors import ServeError
 from serve.inference import InferRequest
 
@@ -37,6 +37,9 @@ class InstanceWorker:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
         self._busy = threading.Event()
         self._recent_ns: float | None = None  # moving average of batch durations
+        # Set by a scheduler that runs rescheduled requests again (iterative sequences); for
+        # any other, a Rescheduled result becomes the plain error it carries.
+        self.reschedules = False
 
     @property
     def busy(self) -> bool:
@@ -94,7 +97,11 @@ class InstanceWorker:
 
     def _one_per_request(self, results: list[RequestResult], count: int) -> list[RequestResult]:
         if len(results) == count:
-            return results
+            if self.reschedules:
+                return results
+            return [
+                ServeError(r.kind, r.message) if isinstance(r, Rescheduled) else r for r in results
+            ]
         error = ServeError.internal(
             f"{self.name}: backend returned {len(results)} results for {count} requests"
         )

@@ -7,18 +7,24 @@ a sequence is bound at its START to one slot of one instance (or waits in the ba
 slot frees), and its requests run in order, one at a time, on that instance. The model gets
 the control inputs the config asks for and its implicit state with each request. A sequence
 that sends nothing for max_sequence_idle_microseconds (default 1 s) loses its slot.
+
+With `iterative_sequence` (Triton's iterative sequences), each request is a sequence of its
+own: one without a sequence_id gets a fresh id and START; the model may release it for
+rescheduling (a `Rescheduled` result), and it runs again from its slot in a later batch, with
+its START and END flags cleared, until the model answers it; then its slot is freed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import time
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.base import RequestResult
+from serve.backends.base import RequestResult, Rescheduled
 from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.scheduler.base import Completion
@@ -26,7 +32,12 @@ from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy, QueuePolicy
 from serve.scheduler.sequence_inputs import SequenceInputs
 from serve.scheduler.sequence_lanes import DirectLane, OldestLane, SeqSlot
-from serve.scheduler.sequence_request import SequenceId, SequencePending, sequence_flags
+from serve.scheduler.sequence_request import (
+    SequenceFlags,
+    SequenceId,
+    SequencePending,
+    sequence_flags,
+)
 from serve.scheduler.sequence_slots import SlotTable
 from serve.scheduler.statistics import FailureReason, ModelStatistics
 
@@ -62,6 +73,11 @@ class SequenceBatcher:
         batching = config.sequence_batching
         self._model = config.name
         self._batched = config.max_batch_size > 0
+        self._iterative = batching.iterative_sequence
+        self._auto_ids = itertools.count(1)
+        if self._iterative:
+            for worker in workers:
+                worker.reschedules = True
         self._inputs = inputs
         self._stats = stats
         self._loop = loop
@@ -106,7 +122,8 @@ class SequenceBatcher:
     def enqueue(self, request: InferRequest, on_done: Completion) -> None:
         """Accept a validated request; `on_done` gets its result or a ServeError, exactly once."""
         try:
-            flags = sequence_flags(request, self._batched)
+            auto_id = self._auto_id if self._iterative else None
+            flags = sequence_flags(request, self._batched, auto_id)
             self._inputs.check_id(flags.id, self._model)
             if self._closing and flags.start:
                 self._stats.record_failure(0, FailureReason.OTHER)
@@ -115,15 +132,25 @@ class SequenceBatcher:
                     "new sequences"
                 )
             pending = SequencePending(request, on_done, flags, time.monotonic_ns())
-            slot = self._table.route(flags, pending)
+            # An iterative sequence holds its slot until its request is answered, END or not.
+            route = dataclasses.replace(flags, end=False) if self._iterative else flags
+            slot = self._table.route(route, pending)
         except ServeError as exc:
             on_done(exc)
             return
         self._waiting += 1
         self._idle_event.clear()
-        self._touch(flags.id, flags.end)
+        if not self._iterative:  # an iterative sequence is never idle: the server drives it
+            self._touch(flags.id, flags.end)
         if slot is not None:
             self._lanes[slot.instance].wake()
+
+    def _auto_id(self) -> SequenceId:
+        """A sequence id no live sequence has (Triton counts them from 1)."""
+        while True:
+            candidate = next(self._auto_ids)
+            if not self._table.known(candidate):
+                return candidate
 
     # -- what the lanes ask ----------------------------------------------------------------
 
@@ -135,6 +162,13 @@ class SequenceBatcher:
         inputs = dict(request.inputs)
         inputs.update(self._inputs.controls(flags.start, flags.end, True, flags.id))
         inputs.update(slot.state)
+        if self._iterative:  # the model sees the id given and the flags of this execution
+            parameters = request.parameters | {
+                "sequence_id": flags.id,
+                "sequence_start": flags.start,
+                "sequence_end": flags.end,
+            }
+            return dataclasses.replace(request, inputs=inputs, parameters=parameters)
         return dataclasses.replace(request, inputs=inputs)
 
     def dispatched(self, slot: SeqSlot, pending: SequencePending) -> None:
@@ -143,12 +177,22 @@ class SequenceBatcher:
         slot.in_flight += 1
         # Triton frees the slot as soon as its sequence's last request is on its way: a
         # backlogged sequence's requests queue behind it in the same slot.
-        if pending.flags.end or (slot.reap and not slot.queue):
+        # An iterative sequence's slot frees when its request is answered (`_end_iterative`).
+        if not self._iterative and (pending.flags.end or (slot.reap and not slot.queue)):
             self._table.release(slot)
 
     def complete(self, slot: SeqSlot, pending: SequencePending, result: RequestResult) -> None:
         slot.in_flight -= 1
         self._running -= 1
+        if isinstance(result, Rescheduled):
+            # Back in its slot for a later batch (the lane that ran it looks there next), with
+            # its flags cleared as Triton clears them.
+            pending.flags = SequenceFlags(pending.flags.id, False, False)
+            slot.queue.append(pending)
+            self._waiting += 1
+            return
+        if self._iterative:
+            self._end_iterative(slot, pending.flags.id)
         if self._inputs.states and not isinstance(result, ServeError):
             missing = [s.output_name for s in self._inputs.states if s.output_name not in result]
             if missing:
@@ -162,6 +206,16 @@ class SequenceBatcher:
         except Exception:  # a broken callback must not stall the batcher
             log.exception("completion callback failed for request '%s'", pending.request.id)
         self._note_idle()
+
+    def _end_iterative(self, slot: SeqSlot, sequence: SequenceId) -> None:
+        """An iterative sequence's request was answered: the sequence ends (a new request with
+        its id needs START) and its slot frees, now or once the requests queued in it (a START
+        repeated with that id) have been answered too."""
+        if self._table.bound(sequence) is slot:
+            self._table.forget(sequence)
+        if slot.sequence == sequence and not slot.queue and not slot.in_flight:
+            # A backlogged sequence taking the slot runs when the lane looks at it next.
+            self._table.release(slot)
 
     # -- idle sequences --------------------------------------------------------------------
 

@@ -43,9 +43,12 @@ def _flag(request: InferRequest, key: str) -> bool:
     return value
 
 
-def sequence_flags(request: InferRequest, batched: bool) -> SequenceFlags:
+def sequence_flags(
+    request: InferRequest, batched: bool, auto_id: Callable[[], SequenceId] | None = None
+) -> SequenceFlags:
     """The request's sequence id and flags; ServeError(INVALID_ARGUMENT) when the sequence
-    batcher cannot take it (batch size over 1, no id, a malformed parameter)."""
+    batcher cannot take it (batch size over 1, no id, a malformed parameter). With `auto_id`
+    (iterative sequences), a request without an id starts a sequence of its own."""
     model = request.model_name
     if batched:
         for array in request.inputs.values():
@@ -67,6 +70,8 @@ def sequence_flags(request: InferRequest, batched: bool) -> SequenceFlags:
             f"integer, got {value}"
         )
     if value == 0 or value == "":
+        if auto_id is not None:
+            return SequenceFlags(auto_id(), True, False)
         raise ServeError.invalid(
             f"inference request to model '{model}' must specify a non-zero or non-empty "
             "correlation ID"

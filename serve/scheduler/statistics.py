@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from protocol.statistics import BATCH_DURATION_FIELDS, DURATION_FIELDS
-from serve.backends.base import BatchTimes, RequestResult
+from serve.backends.base import BatchTimes, RequestResult, Rescheduled
 from serve.errors import ServeError
 from serve.inference import InferRequest
 
@@ -104,6 +104,8 @@ class ModelStatistics:
         trace's compute times and, for an ensemble's step, the ensemble's share."""
         succeeded = success_ns = queue_ns = 0
         for timed, result in done:
+            if isinstance(result, Rescheduled):
+                continue  # it runs again: counted once, when it is answered
             request = timed.request
             if request.trace is not None:
                 request.trace.compute(timed.enqueue_ns, timed.dispatch_ns, times)

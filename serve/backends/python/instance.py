@@ -22,6 +22,7 @@ from serve.backends.base import (
     ModelInstance,
     ProducedOutputs,
     RequestResult,
+    Rescheduled,
 )
 from serve.backends.python.calls import ModelCallHandler
 from serve.backends.python.environment import execution_env_paths
@@ -437,9 +438,18 @@ class PythonModelInstance(ModelInstance):
                     self._early_errors.pop(slot, {}) for slot in self._executing
                 ]
                 self._executing = range(0)
+                for index in reply.rescheduled:
+                    # Its next execution gets a slot of its own; one that failed or had its
+                    # final flag already is not run again.
+                    slot = batch.first_slot + index
+                    ended = isinstance(results[index], ServeError)
+                    if not ended and self._streams.pop(slot, None) is not None:
+                        results[index] = Rescheduled()
             self._pump_wake.set()  # responses may still come after execute returned
         else:
             results = [self._read_response(response) for response in reply.responses]
+            for index in reply.rescheduled:
+                results[index] = Rescheduled()
         times.compute_infer_ns = received - batch.sent_ns
         times.compute_output_ns = time.perf_counter_ns() - received
         return results

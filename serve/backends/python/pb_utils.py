@@ -182,6 +182,7 @@ class InferenceRequest:
             parameters if isinstance(parameters, str) else parameters_json(parameters)
         )
         self._response_sender: InferenceResponseSender | None = None  # set for decoupled models
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -223,6 +224,22 @@ class InferenceRequest:
 
     def is_cancelled(self) -> bool:
         return False
+
+    def set_release_flags(self, flags: int) -> None:
+        """How the server releases this request once execute returns: with
+        TRITONSERVER_REQUEST_RELEASE_RESCHEDULE it runs again in a later batch, where the model
+        config has sequence_batching { iterative_sequence: true }. A model that is not
+        decoupled returns None in its place; a decoupled one keeps its responses coming."""
+        if not isinstance(flags, int) or not 0 <= flags < 1 << 32:
+            raise TypeError(
+                "set_release_flags(): incompatible function arguments: flags must be an "
+                f"unsigned 32-bit integer, got {flags!r}"
+            )
+        self._release_flags = flags
+
+    def _rescheduled(self) -> bool:
+        # The flag's bit decides, as Triton's core reschedules on it.
+        return bool(self._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._response_sender is None:

@@ -131,6 +131,8 @@ class Grow(NamedTuple):
 class Results(NamedTuple):
     responses: list[ResponseMsg]
     inputs_retained: bool = False  # the model kept input arrays: replace the input arena
+    # Requests (their index in the batch) the model released for rescheduling.
+    rescheduled: tuple[int, ...] = ()
 
 
 class BatchFailed(NamedTuple):
@@ -240,7 +242,8 @@ def encode(message: Any) -> tuple[Any, ...]:
             message.first_slot,
         )
     if isinstance(message, Results):
-        return (tag, [_flat_response(r) for r in message.responses], message.inputs_retained)
+        responses = [_flat_response(r) for r in message.responses]
+        return (tag, responses, message.inputs_retained, message.rescheduled)
     if isinstance(message, ArenaUpdate):
         return (tag, tuple(message.output_arena))
     if isinstance(message, Streamed):
@@ -270,7 +273,7 @@ def decode(data: tuple[Any, ...]) -> Any:
             first_slot,
         )
     if cls is Results:
-        return Results([_present_response(r) for r in data[1]], data[2])
+        return Results([_present_response(r) for r in data[1]], data[2], tuple(data[3]))
     if cls is ArenaUpdate:
         return ArenaUpdate(ArenaRef(*data[1]))
     if cls is Streamed:

@@ -188,7 +188,9 @@ class Stub:
             return BatchFailed(
                 f"execute returned {len(responses)} responses for {len(requests)} requests"
             )
-        return self._pack(responses, output_arena)
+        responses, rescheduled = _rescheduled_responses(requests, responses)
+        reply = self._pack(responses, output_arena)
+        return reply._replace(rescheduled=rescheduled) if rescheduled else reply
 
     def _run_decoupled(
         self, requests: list[pb_utils.InferenceRequest], first_slot: int
@@ -212,7 +214,8 @@ class Stub:
             for sender in senders:
                 sender.close()
             return BatchFailed(f"execute failed: {describe(exc, self._model_file)}")
-        return Results([])
+        rescheduled = tuple(i for i, request in enumerate(requests) if request._rescheduled())
+        return Results([], rescheduled=rescheduled)
 
     def _emitter(self, slot: int) -> Any:
         def emit(response: pb_utils.InferenceResponse | None, flags: int) -> None:
@@ -299,6 +302,30 @@ class Stub:
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
         return self._loop.run_until_complete(result)
+
+
+def _rescheduled_responses(
+    requests: list[pb_utils.InferenceRequest], responses: list[Any] | tuple[Any, ...]
+) -> tuple[list[Any], tuple[int, ...]]:
+    """The responses to pack, and which requests go back to the server to run again: those
+    released for rescheduling with None in their place (a response there is an error)."""
+    packed = list(responses)
+    rescheduled: list[int] = []
+    for index, request in enumerate(requests):
+        if not request._rescheduled():
+            continue
+        response = packed[index]
+        if response is None:
+            packed[index] = pb_utils.InferenceResponse()
+            rescheduled.append(index)
+        else:
+            message = (
+                "Expected a None object in the execute function return list for rescheduled "
+                f"request, found type '{type(response)}'."
+            )
+            error = pb_utils.TritonError(message, pb_utils.TritonError.INTERNAL)
+            packed[index] = pb_utils.InferenceResponse(error=error)
+    return packed, tuple(rescheduled)
 
 
 def _layout(

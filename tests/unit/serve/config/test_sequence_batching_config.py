@@ -92,7 +92,6 @@ def test_a_full_sequence_config_is_accepted() -> None:
             "sequence_batching.state 'S'.initial_state",
             "needs zero_data or data_file",
         ),
-        ("iterative_sequence: true", "sequence_batching.iterative_sequence", "not supported"),
     ],
 )
 def test_violations_name_the_field(sequence_batching: str, field: str, reason: str) -> None:
@@ -105,3 +104,19 @@ def test_violations_name_the_field(sequence_batching: str, field: str, reason: s
 def test_a_decoupled_sequence_model_is_refused() -> None:
     with pytest.raises(ServeError, match="sequence_batching: is not supported for decoupled"):
         check("direct { }", "model_transaction_policy { decoupled: true }")
+
+
+@pytest.mark.parametrize("strategy", ["", "direct { }", "oldest { max_candidate_sequences: 2 }"])
+def test_iterative_sequences_are_accepted(strategy: str) -> None:
+    check(f"iterative_sequence: true {strategy}")
+    check(f"iterative_sequence: true {strategy}", "model_transaction_policy { decoupled: true }")
+
+
+def test_a_decoupled_iterative_model_keeps_no_state() -> None:
+    state = 'state [ { input_name: "SI" output_name: "SO" data_type: TYPE_FP32 dims: [ 1 ] } ]'
+    check(f"iterative_sequence: true {state}")
+    with pytest.raises(ServeError) as caught:
+        check(f"iterative_sequence: true {state}", "model_transaction_policy { decoupled: true }")
+    assert caught.value.message == (
+        "seq/config.pbtxt: sequence_batching.state: is not supported for decoupled models yet"
+    )
