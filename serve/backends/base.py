@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.custom_metrics import CustomMetrics
 from serve.errors import ServeError
-from serve.inference import InferRequest, InferResponse
+from serve.inference import Cancellation, InferRequest, InferResponse
 from serve.platform import ServingPlatform
 
 # Per-request result of a batch: every output the model produced, or an error for that request.
@@ -55,6 +55,10 @@ class ModelCalls(abc.ABC):
     @abc.abstractmethod
     def is_ready(self, name: str, version: str, on_done: Callable[[bool], None]) -> None:
         """Whether `name` (at `version`, or the version served when "") is ready."""
+
+    @abc.abstractmethod
+    def cancel(self, cancellation: Cancellation) -> None:
+        """Cancel a request this model's `infer` started (BLS ResponseIterator.cancel)."""
 
 
 @dataclass(frozen=True, slots=True)
