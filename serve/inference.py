@@ -27,19 +27,23 @@ class Cancellation:
 
     def __init__(self) -> None:
         self.cancelled = False  # any thread may read it
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[], None]] | None = None  # made on first listen
 
     def cancel(self) -> None:
         if self.cancelled:
             return
         self.cancelled = True
-        listeners, self._listeners = self._listeners, []
-        for listener in listeners:
+        listeners, self._listeners = self._listeners, None
+        for listener in listeners or ():
             listener()
 
     def listen(self, listener: Callable[[], None]) -> None:
         """Call `listener()` once when the request is cancelled (never, once it was)."""
-        if not self.cancelled:
+        if self.cancelled:
+            return
+        if self._listeners is None:
+            self._listeners = [listener]
+        else:
             self._listeners.append(listener)
 
 
