@@ -333,7 +333,7 @@ def test_grpc_request_queued_then_cancelled_never_runs(served: Served) -> None:
     before = served.cancelled_count()
     results: queue.Queue[Any] = queue.Queue()
     with grpcclient.InferenceServerClient(served.server.grpc_url) as client:
-        slow = client.async_infer(
+        client.async_infer(
             "watch", _grpc_input(20), lambda result, error: results.put((result, error))
         )
         served.wait_logged("run 20")
@@ -344,7 +344,6 @@ def test_grpc_request_queued_then_cancelled_never_runs(served: Served) -> None:
         served.release(20)
         result, error = results.get(timeout=WAIT_S)
         assert error is None and int(result.as_numpy("OUT")[0]) == 20
-        del slow
     served.release(22)
     assert _infer_http(served.server, 22) == 22
     runs = [line for line in served.log if line.split()[-1] in ("20", "21", "22")]
