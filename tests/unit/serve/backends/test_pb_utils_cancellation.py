@@ -8,9 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 
 from serve.backends.python import pb_utils
+from serve.backends.python.response import ERROR_KINDS
+from serve.errors import ErrorKind
+from serve.grpc.status import GRPC_STATUS
+from serve.http.status import HTTP_STATUS
 
 
 class FakeServices:
@@ -65,3 +70,10 @@ def test_response_iterator_cancel_and_iteration() -> None:
     iterator.cancel()
     assert cancelled == [True]
     assert len(list(iterator)) == 1
+
+
+def test_a_cancelled_error_from_the_model_is_a_cancelled_error_kind() -> None:
+    # Answered as tritonserver answers TRITONSERVER_ERROR_CANCELLED: 400 / gRPC CANCELLED.
+    assert ERROR_KINDS[pb_utils.TritonError.CANCELLED] is ErrorKind.CANCELLED
+    assert HTTP_STATUS[ErrorKind.CANCELLED] == 400
+    assert GRPC_STATUS[ErrorKind.CANCELLED] is grpc.StatusCode.CANCELLED
