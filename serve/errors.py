@@ -16,6 +16,7 @@ class ErrorKind(enum.Enum):
     ALREADY_EXISTS = "already_exists"
     UNSUPPORTED = "unsupported"
     INTERNAL = "internal"
+    CANCELLED = "cancelled"  # the client went away (Triton's TRITONSERVER_ERROR_CANCELLED)
 
 
 class ServeError(Exception):
@@ -45,6 +46,10 @@ class ServeError(Exception):
     @classmethod
     def internal(cls, message: str) -> ServeError:
         return cls(ErrorKind.INTERNAL, message)
+
+    @classmethod
+    def cancelled(cls, message: str = "Request cancelled") -> ServeError:
+        return cls(ErrorKind.CANCELLED, message)
 
     def __repr__(self) -> str:
         return f"ServeError({self.kind.name}, {self.message!r})"

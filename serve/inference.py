@@ -18,6 +18,35 @@ if TYPE_CHECKING:
     from serve.trace.request_trace import RequestTrace
 
 
+class Cancellation:
+    """Whether a request's client has gone away. The transport that owns the request cancels
+    it (on the event loop's thread); whoever holds the request then listens (a scheduler drops
+    it from its queue) or looks (a running model asks). Copies of a request share it."""
+
+    __slots__ = ("_listeners", "cancelled")
+
+    def __init__(self) -> None:
+        self.cancelled = False  # any thread may read it
+        self._listeners: list[Callable[[], None]] | None = None  # made on first listen
+
+    def cancel(self) -> None:
+        if self.cancelled:
+            return
+        self.cancelled = True
+        listeners, self._listeners = self._listeners, None
+        for listener in listeners or ():
+            listener()
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` once when the request is cancelled (never, once it was)."""
+        if self.cancelled:
+            return
+        if self._listeners is None:
+            self._listeners = [listener]
+        else:
+            self._listeners.append(listener)
+
+
 @dataclass(slots=True, frozen=True)
 class RegionSlice:
     """Where a tensor's data lies in a registered shared-memory region: Triton's
@@ -59,6 +88,12 @@ class InferRequest:
     # Set on an ensemble step's request: called with its queue time (ns) and its batch's
     # BatchTimes when it succeeds, so the ensemble reports its steps' compute times.
     on_stats: Callable[[int, Any], None] | None = None
+    # Set by a transport that can tell when its client goes away (None: it never cancels).
+    cancellation: Cancellation | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancellation is not None and self.cancellation.cancelled
 
     @property
     def priority(self) -> int:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from serve.backends.base import CallResponse, Done, ModelCalls
 from serve.errors import ServeError
-from serve.inference import InferRequest
+from serve.inference import Cancellation, InferRequest
 
 if TYPE_CHECKING:
     from serve.dataplane import DataPlane
@@ -40,6 +40,9 @@ class DataPlaneCalls(ModelCalls):
 
     def is_ready(self, name: str, version: str, on_done: Callable[[bool], None]) -> None:
         self._on_loop(lambda: on_done(self._dataplane.model_ready(name, version)))
+
+    def cancel(self, cancellation: Cancellation) -> None:
+        self._on_loop(cancellation.cancel)
 
     def _submit(self, request: InferRequest, on_response: CallResponse, decoupled: bool) -> None:
         try:

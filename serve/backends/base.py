@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.custom_metrics import CustomMetrics
 from serve.errors import ErrorKind, ServeError
-from serve.inference import InferRequest, InferResponse
+from serve.inference import Cancellation, InferRequest, InferResponse
 from serve.platform import ServingPlatform
 
 
@@ -85,6 +85,10 @@ class ModelCalls(abc.ABC):
     @abc.abstractmethod
     def is_ready(self, name: str, version: str, on_done: Callable[[bool], None]) -> None:
         """Whether `name` (at `version`, or the version served when "") is ready."""
+
+    @abc.abstractmethod
+    def cancel(self, cancellation: Cancellation) -> None:
+        """Cancel a request this model's `infer` started (BLS ResponseIterator.cancel)."""
 
 
 @dataclass(frozen=True, slots=True)

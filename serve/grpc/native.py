@@ -28,7 +28,7 @@ from serve.grpc.limits import GrpcLimits
 from serve.grpc.service import InferenceServicer
 from serve.grpc.status import GRPC_STATUS
 from serve.grpc.stream import error_response, stream_answer
-from serve.inference import InferRequest, InferResponse
+from serve.inference import Cancellation, InferRequest, InferResponse
 from serve.restricted import RestrictedApis, Restriction
 from serve.sockets import bind_tcp
 
@@ -98,6 +98,8 @@ class _Infer:
     def __call__(self, message: bytes, call: Call) -> None:
         try:
             request = decode_infer_request(pb.ModelInferRequest.FromString(message))
+            request.cancellation = cancellation = Cancellation()
+            call.on_cancel = cancellation.cancel  # RST_STREAM, or the connection closed
             self._dataplane.submit(
                 request, lambda result: self._done(call, request, result), endpoint="ModelInfer RPC"
             )
@@ -108,6 +110,7 @@ class _Infer:
 
     @staticmethod
     def _done(call: Call, request: InferRequest, result: InferResponse | ServeError) -> None:
+        call.on_cancel = None
         if isinstance(result, ServeError):
             call.finish(_code(result), result.message)
             return
@@ -132,6 +135,7 @@ class _Stream:
         self._call = call
         self._in_flight = 0
         self._half_closed = False
+        self._open: set[Cancellation] = set()  # the requests not yet answered in full
 
     def on_message(self, message: bytes) -> None:
         try:
@@ -140,13 +144,17 @@ class _Stream:
             self._send(pb.ModelStreamInferResponse(error_message=f"malformed request: {exc}"))
             return
         self._in_flight += 1
+        cancellation = Cancellation()
+        self._open.add(cancellation)
         try:
             request = decode_infer_request(infer)
+            request.cancellation = cancellation
             self._dataplane.submit_stream(
                 request, lambda result, final: self._done(infer, request, result, final)
             )
         except ServeError as exc:
             self._in_flight -= 1
+            self._open.discard(cancellation)
             self._send(error_response(infer, exc.message))
 
     def on_half_close(self) -> None:
@@ -156,6 +164,9 @@ class _Stream:
 
     def on_cancel(self) -> None:
         self._half_closed = True
+        # The stream is gone: its open requests are cancelled (a decoupled model's too).
+        for cancellation in list(self._open):
+            cancellation.cancel()
 
     def _done(
         self,
@@ -166,6 +177,8 @@ class _Stream:
     ) -> None:
         if final:
             self._in_flight -= 1
+            if request.cancellation is not None:
+                self._open.discard(request.cancellation)
         answer = stream_answer(infer, request, result, final)
         if answer is not None:
             self._send(answer)

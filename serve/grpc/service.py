@@ -25,7 +25,7 @@ from serve.grpc.settings import (
 )
 from serve.grpc.status import GRPC_STATUS
 from serve.grpc.stream import StreamSession
-from serve.inference import InferResponse
+from serve.inference import Cancellation, InferResponse
 
 log = logging.getLogger("serve.grpc")
 
@@ -124,11 +124,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelInferResponse:
         try:
             infer = decode_infer_request(request)
+            infer.cancellation = cancellation = Cancellation()
             future: asyncio.Future[InferResponse | ServeError] = (
                 asyncio.get_running_loop().create_future()
             )
             self._dataplane.submit(infer, _settle(future), endpoint="ModelInfer RPC")
-            result = await future
+            try:
+                result = await future
+            except asyncio.CancelledError:  # grpc.aio: the client cancelled or went away
+                cancellation.cancel()
+                raise
             if isinstance(result, ServeError):
                 raise result
             return encode_infer_response(result, infer)

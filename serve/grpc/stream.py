@@ -4,7 +4,8 @@ Each request is queued as soon as it is read; its response (or its error, as
 `error_message` with the request's id) is written when it completes, in completion order. A
 decoupled model's request may have any number of responses, each written as it comes. A bad
 request answers in the stream and the stream goes on. The stream ends once the client has
-stopped sending and every request read has been answered.
+stopped sending and every request read has been answered; a stream that ends before (the client
+cancelled it or went away) cancels the requests it still has open.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 from serve.dataplane import DataPlane
 from serve.errors import ServeError
 from serve.grpc.codec import decode_infer_request, encode_infer_response
-from serve.inference import InferRequest, InferResponse
+from serve.inference import Cancellation, InferRequest, InferResponse
 
 
 def error_response(message: pb.ModelInferRequest, error: str) -> pb.ModelStreamInferResponse:
@@ -69,6 +70,7 @@ class StreamSession:
         self._answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         self._in_flight = 0
         self._reading = True
+        self._open: set[Cancellation] = set()  # the requests not yet answered in full
 
     async def responses(
         self, requests: AsyncIterator[pb.ModelInferRequest]
@@ -80,6 +82,9 @@ class StreamSession:
             await reader  # raises what ended the reading, if anything
         finally:
             reader.cancel()
+            # Ended with requests open (the client cancelled, or the call broke): cancel them.
+            for cancellation in list(self._open):
+                cancellation.cancel()
 
     async def _read(self, requests: AsyncIterator[pb.ModelInferRequest]) -> None:
         try:
@@ -92,12 +97,16 @@ class StreamSession:
 
     def _submit(self, message: pb.ModelInferRequest) -> None:
         self._in_flight += 1
+        cancellation = Cancellation()
+        self._open.add(cancellation)
         try:
             request = decode_infer_request(message)
+            request.cancellation = cancellation
             self._dataplane.submit_stream(
                 request, lambda result, final: self._done(message, request, result, final)
             )
         except ServeError as exc:
+            self._open.discard(cancellation)
             self._answer(error_response(message, exc.message), True)
 
     def _done(
@@ -107,6 +116,8 @@ class StreamSession:
         result: InferResponse | ServeError | None,
         final: bool,
     ) -> None:
+        if final and request.cancellation is not None:
+            self._open.discard(request.cancellation)
         self._answer(stream_answer(message, request, result, final), final)
 
     def _answer(self, answer: pb.ModelStreamInferResponse | None, final: bool) -> None:

@@ -23,7 +23,7 @@ from serve.http.codec import (
     parse_header_length,
 )
 from serve.http.status import HTTP_STATUS
-from serve.inference import InferRequest, InferResponse
+from serve.inference import Cancellation, InferRequest, InferResponse
 from serve.trace.request_trace import RequestTrace
 
 log = logging.getLogger("serve.http")
@@ -77,14 +77,17 @@ def submit_infer(
     version: str,
     on_answer: Callable[[InferAnswer], None],
     recv_start: int = 0,
+    cancellation: Cancellation | None = None,
 ) -> None:
     """Decode and queue the request; `on_answer` gets its answer exactly once, possibly before
     this returns (a request refused before it is queued). `header_length` is the raw
     Inference-Header-Content-Length value; `recv_start` (monotonic ns, 0 when not tracing) is
-    when the request began to arrive, stamped with its end (now) on a traced request."""
+    when the request began to arrive, stamped with its end (now) on a traced request. The front
+    end cancels `cancellation` when its client goes away before the answer."""
     recv_end = time.monotonic_ns() if recv_start else 0
     try:
         request = decode_infer_request(body, parse_header_length(header_length), model, version)
+        request.cancellation = cancellation
         dataplane.submit(
             request,
             lambda result: on_answer(_answer(request, result, recv_start, recv_end)),

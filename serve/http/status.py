@@ -11,4 +11,5 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.ALREADY_EXISTS: 400,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.INTERNAL: 500,
+    ErrorKind.CANCELLED: 400,  # tritonserver's answer too: HTTP has no status for it
 }

@@ -6,6 +6,8 @@ by callback. A batch is formed only when an instance is idle, so under load requ
 and batch by themselves; when instances wait, the queue delay decides how long to hold a
 partial batch. Delays under 1 ms cannot be timed by loop timers (they round to milliseconds),
 so such a delay holds a batch for one loop pass: what arrived in the same pass joins it.
+A queued request whose client goes away (its `Cancellation`) is answered CANCELLED at once and
+never runs, as Triton does.
 """
 
 from __future__ import annotations
@@ -101,6 +103,11 @@ class DynamicBatcher:
             self._stats.record_failure(0, FailureReason.REJECTED)
             on_done(ServeError.unavailable("Exceeds maximum queue size"))
             return
+        cancellation = request.cancellation
+        if cancellation is not None and cancellation.cancelled:
+            self._stats.record_failure(0, FailureReason.CANCELED)
+            on_done(ServeError.cancelled())
+            return
         rows = batch_rows(request) if self._policy.max_batch_size > 0 else 1
         pending = _Pending(request, on_done, rows, _signature(request), now, level)
         pending.seq = self._next_seq
@@ -108,6 +115,8 @@ class DynamicBatcher:
         timeout_us = queue_policy.timeout_us(request.timeout_us)
         if timeout_us > 0:
             pending.timer = self._loop.call_later(timeout_us / 1e6, self._expire, pending)
+        if cancellation is not None:
+            cancellation.listen(functools.partial(self._cancelled, pending))
         queue.append(pending)
         self._queued += 1
         self._idle_event.clear()
@@ -240,12 +249,25 @@ class DynamicBatcher:
                 pending.level = -1
                 self._delayed.append(pending)
             return
+        self._drop(
+            pending, FailureReason.REJECTED, ServeError.unavailable("Request timeout expired")
+        )
+
+    def _cancelled(self, pending: _Pending) -> None:
+        """A queued request's client went away: it is answered now and never runs."""
+        if pending.queued:
+            self._drop(pending, FailureReason.CANCELED, ServeError.cancelled())
+
+    def _drop(self, pending: _Pending, reason: FailureReason, error: ServeError) -> None:
+        """Take a queued request out of its queue and fail it with `error`."""
         queue = self._delayed if pending.level < 0 else self._queues[pending.level]
         queue.remove(pending)
         pending.queued = False
+        if pending.timer is not None:
+            pending.timer.cancel()
         self._queued -= 1
-        self._stats.record_failure(time.monotonic_ns() - pending.enqueue_ns, FailureReason.REJECTED)
-        self._deliver(pending, ServeError.unavailable("Request timeout expired"))
+        self._stats.record_failure(time.monotonic_ns() - pending.enqueue_ns, reason)
+        self._deliver(pending, error)
         self._note_idle()
         if self._idle:
             self._schedule()

@@ -177,6 +177,7 @@ class EnsembleScheduler:
             id=run.request.id,
             parameters=dict(run.request.parameters),  # sequence ids, priority, timeout
             on_stats=run.add_step_times,
+            cancellation=run.request.cancellation,  # the ensemble's client gone: its steps too
         )
         run.in_flight += 1
         try:

@@ -23,13 +23,14 @@ from typing import Protocol
 import numpy as np
 
 from serve.backends.base import BatchTimes, RequestResult
+from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
 from serve.scheduler.sequence_request import SequencePending
 from serve.scheduler.sequence_slots import Slot
-from serve.scheduler.statistics import ModelStatistics
+from serve.scheduler.statistics import FailureReason, ModelStatistics
 
 log = logging.getLogger("serve.scheduler")
 
@@ -51,6 +52,19 @@ class LaneOwner(Protocol):
     def complete(self, slot: SeqSlot, pending: SequencePending, result: RequestResult) -> None:
         """`pending` ran: keep its state, answer it."""
         ...
+
+
+def _drop_cancelled(owner: LaneOwner, slot: SeqSlot, stats: ModelStatistics) -> None:
+    """Answer the requests at the head of the slot's queue whose clients went away: they never
+    run (a dropped sequence start leaves its sequence the initial state)."""
+    queue = slot.queue
+    while queue and queue[0].request.cancelled:
+        pending = queue.popleft()
+        if pending.flags.start:
+            slot.state = None
+        owner.dispatched(slot, pending)
+        stats.record_failure(time.monotonic_ns() - pending.enqueue_ns, FailureReason.CANCELED)
+        owner.complete(slot, pending, ServeError.cancelled())
 
 
 def _signature(request: InferRequest) -> tuple[object, ...]:
@@ -99,6 +113,8 @@ class DirectLane:
         self.wake()
 
     def _try(self) -> None:
+        for slot in self._slots:
+            _drop_cancelled(self._owner, slot, self._stats)
         heads = [slot for slot in self._slots if slot.queue]
         if not heads:
             return
@@ -195,6 +211,7 @@ class OldestLane:
     ) -> None:
         self._owner = owner
         self._slots = slots
+        self._stats = stats
         self._batcher = DynamicBatcher(policy, [worker], stats, loop)
 
     @property
@@ -207,6 +224,9 @@ class OldestLane:
                 self._issue(slot)
 
     def _issue(self, slot: SeqSlot) -> None:
+        _drop_cancelled(self._owner, slot, self._stats)
+        if not slot.queue:
+            return
         pending = slot.queue.popleft()
         pending.dispatch_ns = time.monotonic_ns()
         request = self._owner.prepare(slot, pending)

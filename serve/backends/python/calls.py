@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from protocol.datatypes import wire_datatype
@@ -16,7 +16,7 @@ from serve.backends.python.process import StubExited, StubProcess
 from serve.backends.python.protocol import Call, CallReply, RequestMsg
 from serve.backends.python.response import error_message, inline_response
 from serve.errors import ServeError
-from serve.inference import InferRequest, InferResponse, RequestedOutput
+from serve.inference import Cancellation, InferRequest, InferResponse, RequestedOutput
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +28,29 @@ class ModelCallHandler:
     """Answers one stub's calls. `handle` never blocks: answers go out from the thread that
     has them (the server's event loop for BLS and model control)."""
 
-    def __init__(self, stub: StubProcess, context: InstanceContext, owner: Hashable) -> None:
+    def __init__(
+        self,
+        stub: StubProcess,
+        context: InstanceContext,
+        owner: Hashable,
+        is_cancelled: Callable[[int], bool] | None = None,
+    ) -> None:
         self._stub = stub
         self._context = context
         self._owner = owner
+        self._is_cancelled = is_cancelled  # a request's slot -> whether it was cancelled
+        self._open: dict[int, Cancellation] = {}  # decoupled BLS calls not answered in full
 
     def handle(self, call: Call) -> None:
         try:
             if call.op == "infer":
                 self._infer(call.call_id, *call.args)
+            elif call.op == "is_cancelled":
+                slot = int(call.args[0])
+                cancelled = self._is_cancelled is not None and self._is_cancelled(slot)
+                self._reply(CallReply(call.call_id, value=cancelled))
+            elif call.op == "cancel":
+                self._cancel(call.call_id, int(call.args[0]))
             elif call.op == "metric":
                 self._metric(call.call_id, *call.args)
             elif call.op in ("load", "unload", "is_ready"):
@@ -65,8 +79,12 @@ class ModelCallHandler:
         if calls is None:
             raise ServeError.unavailable("BLS needs a server: none runs this model")
         request = _infer_request(name, version, msg)
+        if decoupled:  # the model may cancel it (ResponseIterator.cancel)
+            request.cancellation = self._open[call_id] = Cancellation()
 
         def on_response(result: InferResponse | ServeError | None, final: bool) -> None:
+            if final:
+                self._open.pop(call_id, None)
             if isinstance(result, ServeError):
                 response = error_message(result)
             elif result is None:
@@ -76,6 +94,16 @@ class ModelCallHandler:
             self._reply(CallReply(call_id, response, final))
 
         calls.infer(request, on_response, decoupled)
+
+    def _cancel(self, call_id: int, target: int) -> None:
+        """Cancel the request of decoupled BLS call `target` (done already: nothing to do)."""
+        cancellation = self._open.get(target)
+        if cancellation is not None:
+            calls = self._context.model_calls
+            if calls is None:
+                raise ServeError.unavailable("cancel needs a server: none runs this model")
+            calls.cancel(cancellation)
+        self._reply(CallReply(call_id, value=cancellation is not None))
 
     def _control(self, call_id: int, op: str, args: tuple[Any, ...]) -> None:
         calls = self._context.model_calls

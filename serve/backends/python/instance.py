@@ -98,6 +98,7 @@ class PythonModelInstance(ModelInstance):
         self._lock = threading.Lock()  # unload may come from another thread than execute
         self._next_slot = 0  # request slots, unique over the instance's life
         self._streams: dict[int, InferRequest] = {}  # a decoupled model's open requests
+        self._running: tuple[int, Sequence[InferRequest]] = (0, ())  # first slot, the batch
         self._streams_lock = threading.Lock()
         # Errors streamed while the batch's execute runs: they count as the request's result.
         self._executing = range(0)
@@ -228,7 +229,9 @@ class PythonModelInstance(ModelInstance):
                 self._outputs.ref,
             )
             # initialize() may call the server already (metrics, BLS, readiness).
-            calls = ModelCallHandler(stub, self.context, owner=_owner(stub))
+            calls = ModelCallHandler(
+                stub, self.context, owner=_owner(stub), is_cancelled=self._slot_cancelled
+            )
             route = functools.partial(self._route, calls)
             inbox = Inbox(stub.recv, route)
             stub.send(init)
@@ -411,6 +414,7 @@ class PythonModelInstance(ModelInstance):
         messages = self._write_inputs(requests)
         first_slot = self._next_slot
         self._next_slot += len(requests)
+        self._running = (first_slot, requests)
         if self._decoupled:
             with self._streams_lock:
                 for index, request in enumerate(requests):
@@ -424,6 +428,7 @@ class PythonModelInstance(ModelInstance):
     def _finish_batch(self, batch: _Batch, reply: Any, times: BatchTimes) -> list[RequestResult]:
         """The batch's results from the stub's answer (raises ServeError for a failed batch)."""
         received = time.perf_counter_ns()
+        self._running = (0, ())
         if getattr(reply, "inputs_retained", False):
             self._inputs.close()  # the stub keeps its mapping; the next batch gets a new arena
         if isinstance(reply, BatchFailed):
@@ -526,6 +531,16 @@ class PythonModelInstance(ModelInstance):
         if isinstance(message, ProbeResult):
             return ("probe", message.probe_id)
         return CONTROL
+
+    def _slot_cancelled(self, slot: int) -> bool:
+        """The model's is_cancelled(): whether the request in `slot` (of the batch running, or
+        a decoupled model's open one) was cancelled; False once it has ended."""
+        request = self._streams.get(slot)
+        if request is None:
+            first, running = self._running
+            if 0 <= slot - first < len(running):
+                request = running[slot - first]
+        return request is not None and request.cancelled
 
     def _deliver(self, message: Streamed) -> None:
         final = bool(message.flags & _RESPONSE_FINAL)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from serve.backends.python.pb_config import (
@@ -183,6 +183,8 @@ class InferenceRequest:
         )
         self._response_sender: InferenceResponseSender | None = None  # set for decoupled models
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._slot: int | None = None  # set by the stub: how the server knows the request
+        self._cancelled = False
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -223,7 +225,12 @@ class InferenceRequest:
         return self._model_version
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the server cancelled this request (its client went away). Each call asks
+        the server until it answers True; a request the model built itself is never
+        cancelled."""
+        if not self._cancelled:
+            self._cancelled = _ask_cancelled(self._slot)
+        return self._cancelled
 
     def set_release_flags(self, flags: int) -> None:
         """How the server releases this request once execute returns: with
@@ -274,10 +281,14 @@ class InferenceResponseSender:
     """Sends a decoupled model's responses to one request, from any thread, during or after
     `execute`; the one sent with TRITONSERVER_RESPONSE_COMPLETE_FINAL is the last."""
 
-    def __init__(self, emit: Callable[[InferenceResponse | None, int], None]) -> None:
+    def __init__(
+        self, emit: Callable[[InferenceResponse | None, int], None], slot: int | None = None
+    ) -> None:
         self._emit = emit
         self._closed = False
         self._lock = threading.Lock()
+        self._slot = slot  # the request's, as the server knows it
+        self._cancelled = False
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
@@ -305,7 +316,37 @@ class InferenceResponseSender:
         return was_open
 
     def is_cancelled(self) -> bool:
+        """Whether the server cancelled the request (the client went away, or its stream
+        ended): the model may stop sending. Asks the server until it answers True."""
+        if not self._cancelled:
+            self._cancelled = _ask_cancelled(self._slot)
+        return self._cancelled
+
+
+def _ask_cancelled(slot: int | None) -> bool:
+    if slot is None:
         return False
+    return bool(_services().control("is_cancelled", (slot,)))
+
+
+class ResponseIterator:
+    """What `exec(decoupled=True)` and `async_exec(decoupled=True)` return: the called model's
+    responses as they come. `cancel()` cancels the called request in the server: still queued,
+    it ends with a CANCELLED error; running, its model sees `is_cancelled()` True. Responses
+    already on their way still come; iterate to the end as usual."""
+
+    def __init__(self, responses: Iterator[InferenceResponse], cancel: Callable[[], None]) -> None:
+        self._responses = responses
+        self._cancel = cancel
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        return next(self._responses)
+
+    def cancel(self) -> None:
+        self._cancel()
 
 
 class InferenceResponse:

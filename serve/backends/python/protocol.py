@@ -155,7 +155,8 @@ class Streamed(NamedTuple):
 
 class Call(NamedTuple):
     """The model asks the server for something: op "infer" (args: model name, version, the
-    request with its tensors inline, decoupled), "load", "unload", "is_ready" or "metric"."""
+    request with its tensors inline, decoupled), "load", "unload", "is_ready" or "metric";
+    "is_cancelled" (args: a request's slot) or "cancel" (args: a decoupled BLS call's id)."""
 
     call_id: int
     op: str

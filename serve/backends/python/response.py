@@ -17,6 +17,7 @@ ERROR_KINDS = {
     4: ErrorKind.UNAVAILABLE,
     5: ErrorKind.UNSUPPORTED,
     6: ErrorKind.ALREADY_EXISTS,
+    7: ErrorKind.CANCELLED,
 }
 _INTERNAL = 1  # pb_utils.TritonError.INTERNAL
 _ERROR_CODES = {kind: code for code, kind in ERROR_KINDS.items()}

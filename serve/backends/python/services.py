@@ -4,6 +4,7 @@ CallReply messages through the stub's inbox."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -48,7 +49,9 @@ class StubServices:
         )
         self._channel.send(Call(call_id, "infer", args))
         if decoupled:
-            return self._responses(call_id)
+            return pb_utils.ResponseIterator(
+                self._responses(call_id), functools.partial(self._ask, "cancel", (call_id,))
+            )
         reply: CallReply = self._inbox.wait(call_key(call_id))
         return _response(reply)
 

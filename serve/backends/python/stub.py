@@ -163,6 +163,8 @@ class Stub:
         buf = self._inputs.buf(message.input_arena)
         views: list[weakref.ref[np.ndarray]] = []
         requests = [self._request(r, buf, views) for r in message.requests]
+        for index, request in enumerate(requests):
+            request._slot = message.first_slot + index  # is_cancelled() asks by it
         if self._decoupled:
             reply = self._run_decoupled(requests, message.first_slot)
         else:
@@ -198,7 +200,8 @@ class Stub:
         """Run a decoupled model's execute; its responses go out through the senders."""
         senders = []
         for index, request in enumerate(requests):
-            sender = pb_utils.InferenceResponseSender(self._emitter(first_slot + index))
+            slot = first_slot + index
+            sender = pb_utils.InferenceResponseSender(self._emitter(slot), slot)
             request._response_sender = sender
             senders.append(sender)
         try:

@@ -77,6 +77,7 @@ class Call:
         "_request",
         "cancelled",
         "closed",
+        "on_cancel",
         "pending",
         "recv_unacked",
         "remote_closed",
@@ -98,6 +99,7 @@ class Call:
         self.closed = False  # our side is done
         self.cancelled = False
         self.remote_closed = False
+        self.on_cancel: Callable[[], None] | None = None  # a unary method's, while it runs
 
     # -- answering ---------------------------------------------------------------------------
 
@@ -247,6 +249,12 @@ class Call:
         self.cancelled = True
         self.closed = True
         self.pending.clear()
+        if self.on_cancel is not None:
+            on_cancel, self.on_cancel = self.on_cancel, None
+            try:
+                on_cancel()
+            except Exception:
+                log.exception("gRPC call cancel handler failed")
         if self._listener is not None:
             try:
                 self._listener.on_cancel()

@@ -125,6 +125,7 @@ class ResponseSlot:
         "head",
         "head_only",
         "keep_alive_header",
+        "on_lost",
         "on_written",
     )
 
@@ -140,6 +141,8 @@ class ResponseSlot:
         self.body = b""
         self.content_length = -1
         self.on_written: Callable[[], None] | None = None
+        # Set by a handler that answers later: the connection closed before the answer.
+        self.on_lost: Callable[[], None] | None = None
 
     def send(
         self,
@@ -230,6 +233,8 @@ class HttpConnection(asyncio.Protocol):
         self._slot = None
         for slot in pending:
             slot.close = True
+            if slot.head is None and slot.on_lost is not None:
+                _run(slot.on_lost)  # the client went away before its answer
             if slot.on_written is not None:
                 _run(slot.on_written)
                 slot.on_written = None

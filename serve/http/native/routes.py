@@ -19,6 +19,7 @@ from serve.http.codec import encode_error
 from serve.http.infer_call import BINARY, INFER_PATH, JSON, InferAnswer, submit_infer
 from serve.http.native.asgi_bridge import AsgiBridge
 from serve.http.native.protocol import HttpRequest, ResponseSlot
+from serve.inference import Cancellation
 from serve.restricted import RestrictedApis
 
 log = logging.getLogger("serve.http")
@@ -75,6 +76,8 @@ class NativeRoutes:
         if request.method == b"POST":
             match = INFER_PATH.match(path)
             if match is not None:
+                cancellation = Cancellation()
+                slot.on_lost = cancellation.cancel
                 submit_infer(
                     self._dataplane,
                     request.body,
@@ -83,6 +86,7 @@ class NativeRoutes:
                     match.group(2) or "",
                     lambda answer: send_answer(slot, answer),
                     request.recv_start,
+                    cancellation,
                 )
                 return
         if log.isEnabledFor(logging.DEBUG):

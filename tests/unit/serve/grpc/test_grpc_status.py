@@ -19,3 +19,4 @@ def test_the_statuses_are_tritons() -> None:
     assert GRPC_STATUS[ErrorKind.ALREADY_EXISTS] is grpc.StatusCode.ALREADY_EXISTS
     assert GRPC_STATUS[ErrorKind.UNSUPPORTED] is grpc.StatusCode.UNIMPLEMENTED
     assert GRPC_STATUS[ErrorKind.INTERNAL] is grpc.StatusCode.INTERNAL
+    assert GRPC_STATUS[ErrorKind.CANCELLED] is grpc.StatusCode.CANCELLED
