@@ -42,6 +42,9 @@ def describe(exc: BaseException, model_file: Path | None = None) -> str:
     if isinstance(exc, ModelLoadError):
         return str(exc)
     last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    own = type(exc).__module__
+    if own.startswith("serve.backends.python."):  # pb_utils' own: named as Triton names them
+        last = last.removeprefix(f"{own}.")
     if model_file is None:
         return last
     model_dir = os.path.join(str(model_file.parent), "")

@@ -249,10 +249,10 @@ class InferenceRequest:
         return bool(self._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
     def get_response_sender(self) -> InferenceResponseSender:
-        if self._response_sender is None:
+        if self._response_sender is None:  # a request the model made (BLS) has none to send to
             raise TritonModelException(
-                "get_response_sender is only available to models with a decoupled"
-                " model_transaction_policy"
+                "Unable to send response. Response sender has no reference to the decoupled "
+                "state of the model."
             )
         return self._response_sender
 
@@ -278,34 +278,57 @@ class InferenceRequest:
 
 
 class InferenceResponseSender:
-    """Sends a decoupled model's responses to one request, from any thread, during or after
-    `execute`; the one sent with TRITONSERVER_RESPONSE_COMPLETE_FINAL is the last."""
+    """Sends the responses to one request (`request.get_response_sender()`).
+
+    A decoupled model sends any number, from any thread, during or after `execute`; the one
+    sent with TRITONSERVER_RESPONSE_COMPLETE_FINAL is the last. Any other model may send its
+    one response through it (then FINAL, or both at once) and put None in that request's
+    place in what `execute` returns (or return None); its sender closes when `execute`
+    returns."""
 
     def __init__(
-        self, emit: Callable[[InferenceResponse | None, int], None], slot: int | None = None
+        self,
+        emit: Callable[[InferenceResponse | None, int], None],
+        slot: int | None = None,
+        decoupled: bool = True,
     ) -> None:
         self._emit = emit
         self._closed = False
         self._lock = threading.Lock()
         self._slot = slot  # the request's, as the server knows it
         self._cancelled = False
+        self._decoupled = decoupled
+        self._sent = 0
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if response is None and flags == 0:
             raise TritonModelException(
-                "Inference Response object must be provided when the response flags is set to zero"
+                "Inference Response object must be provided when the response flags is set to zero."
             )
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException(
                 f"send expects an InferenceResponse, not {type(response).__name__}"
             )
         with self._lock:
+            if not self._decoupled:
+                if response is not None and self._sent:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than "
+                        "one response."
+                    )
+                if response is None and not self._sent:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete "
+                        "final before sending a response."
+                    )
             if self._closed:
                 raise TritonModelException(
-                    "Unable to send response. Response sender has been closed"
-                    " (a response with TRITONSERVER_RESPONSE_COMPLETE_FINAL was sent already)"
+                    "Unable to send response. Response sender has been closed."
                 )
             self._emit(response, flags)
+            self._sent += response is not None
             if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
                 self._closed = True
 

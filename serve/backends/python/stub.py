@@ -19,6 +19,7 @@ import sys
 import threading
 import traceback
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +84,7 @@ class Stub:
         self._model: Any = None
         self._model_file = Path()
         self._model_name = ""
+        self._instance_name = ""
         self._model_version = -1
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inputs = Attachment()
@@ -138,6 +140,7 @@ class Stub:
     def _initialize(self, init: Init) -> Ready | Failed:
         self._model_file = Path(init.model_file)
         self._model_name = init.args.get("model_name", "")
+        self._instance_name = init.args.get("model_instance_name") or self._model_name
         self._model_version = int(init.args.get("model_version", "-1"))
         config = json.loads(init.args.get("model_config") or "{}")
         self._decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
@@ -179,20 +182,33 @@ class Stub:
     def _run_batch(
         self, requests: list[pb_utils.InferenceRequest], output_arena: ArenaRef
     ) -> Results | BatchFailed:
+        sent: list[pb_utils.InferenceResponse | None] = [None] * len(requests)
+        senders = []
+        for index, request in enumerate(requests):
+            sender = pb_utils.InferenceResponseSender(
+                _keeper(sent, index), request._slot, decoupled=False
+            )
+            request._response_sender = sender
+            senders.append(sender)
         try:
-            responses = self._run(self._model.execute(requests))
+            returned = _returned_list(self._run(self._model.execute(requests)), len(requests))
+            packed, rescheduled = _rescheduled_responses(requests, returned)
+            responses = _with_sent_responses(packed, sent)
         except Exception as exc:
             traceback.print_exc()
-            return BatchFailed(f"execute failed: {describe(exc, self._model_file)}")
-        if not isinstance(responses, (list, tuple)):
-            return BatchFailed(f"execute returned {type(responses).__name__}, not a list")
-        if len(responses) != len(requests):
-            return BatchFailed(
-                f"execute returned {len(responses)} responses for {len(requests)} requests"
-            )
-        responses, rescheduled = _rescheduled_responses(requests, responses)
+            return BatchFailed(self._failure(exc))
+        finally:
+            for sender in senders:
+                sender.close()
         reply = self._pack(responses, output_arena)
         return reply._replace(rescheduled=rescheduled) if rescheduled else reply
+
+    def _failure(self, exc: BaseException) -> str:
+        """A failed execute as Triton words it."""
+        return (
+            f"Failed to process the request(s) for model '{self._instance_name}', message: "
+            f"{describe(exc, self._model_file)}"
+        )
 
     def _run_decoupled(
         self, requests: list[pb_utils.InferenceRequest], first_slot: int
@@ -208,15 +224,15 @@ class Stub:
             returned = self._run(self._model.execute(requests))
             if returned is not None:
                 raise pb_utils.TritonModelException(
-                    "execute of a decoupled model must return None, not "
-                    f"{type(returned).__name__}; send responses with the response sender"
+                    f"Python model '{self._instance_name}' is using the decoupled mode and the "
+                    "execute function must return None."
                 )
         except Exception as exc:
             traceback.print_exc()
             # No response may follow the error: the server fails every unfinished request.
             for sender in senders:
                 sender.close()
-            return BatchFailed(f"execute failed: {describe(exc, self._model_file)}")
+            return BatchFailed(self._failure(exc))
         rescheduled = tuple(i for i, request in enumerate(requests) if request._rescheduled())
         return Results([], rescheduled=rescheduled)
 
@@ -305,6 +321,63 @@ class Stub:
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
         return self._loop.run_until_complete(result)
+
+
+def _keeper(
+    sent: list[pb_utils.InferenceResponse | None], index: int
+) -> Callable[[pb_utils.InferenceResponse | None, int], None]:
+    """Where a non-decoupled request's sender puts its one response."""
+
+    def keep(response: pb_utils.InferenceResponse | None, flags: int) -> None:
+        if response is not None:
+            sent[index] = response
+
+    return keep
+
+
+def _returned_list(returned: Any, count: int) -> list[Any]:
+    """What execute returned, as one entry per request (None: each was sent or rescheduled);
+    Triton's errors for anything else."""
+    if returned is None:
+        return [None] * count
+    if not isinstance(returned, list):
+        raise pb_utils.TritonModelException(
+            f"Expected a list in the execute return, found type '{type(returned)}'."
+        )
+    if len(returned) != count:
+        raise pb_utils.TritonModelException(
+            "Number of InferenceResponse objects do not match the number of InferenceRequest "
+            f"objects. InferenceRequest(s) size is:{count}, and InferenceResponse(s) size "
+            f"is:{len(returned)}"
+        )
+    return returned
+
+
+def _with_sent_responses(
+    returned: list[Any], sent: list[pb_utils.InferenceResponse | None]
+) -> list[pb_utils.InferenceResponse]:
+    """Each request's one response: the returned one, or the one its sender sent."""
+    responses: list[pb_utils.InferenceResponse] = []
+    for index, response in enumerate(returned):
+        if response is None:
+            kept = sent[index]
+            if kept is None:
+                message = f"execute sent no response for request {index} and returned None for it"
+                kept = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+            responses.append(kept)
+        elif not isinstance(response, pb_utils.InferenceResponse):
+            raise pb_utils.TritonModelException(
+                "Expected an 'InferenceResponse' object in the execute function return list, "
+                f"found type '{type(response)}'."
+            )
+        elif sent[index] is not None:
+            message = (
+                "Unable to send response. Non-decoupled model cannot send more than one response."
+            )
+            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+        else:
+            responses.append(response)
+    return responses
 
 
 def _rescheduled_responses(

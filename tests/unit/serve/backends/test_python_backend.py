@@ -272,7 +272,10 @@ def test_wrong_number_of_responses_fails_the_batch(tmp_path: Path) -> None:
     try:
         results = instance.execute([add_sub_request(1), add_sub_request(1)], BatchTimes())
         assert all(isinstance(r, ServeError) for r in results)
-        assert "returned 0 responses for 2 requests" in str(results[0])
+        assert (
+            "Number of InferenceResponse objects do not match the number of InferenceRequest "
+            "objects. InferenceRequest(s) size is:2, and InferenceResponse(s) size is:0"
+        ) in str(results[0])
     finally:
         instance.unload()
 

@@ -62,9 +62,9 @@ def test_a_sender_closed_by_a_failed_execute_refuses() -> None:
         sender.send(_response(1))
 
 
-def test_request_sender_only_for_decoupled_models() -> None:
+def test_a_request_the_model_made_has_no_sender() -> None:
     request = pb_utils.InferenceRequest(model_name="m")
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
+    with pytest.raises(pb_utils.TritonModelException, match="no reference to the decoupled"):
         request.get_response_sender()
 
 
