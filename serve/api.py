@@ -10,6 +10,9 @@ nothing else of serve but `serve.cli`, which the `autotune` command mounts).
   config asks for.
 - `detect_platform()` -> `ServingPlatform`: the CPU cores, GPUs and GPU runtimes of this
   machine, as the server sees them when it places instances.
+- `gpu_unavailable_reason(backend)`: why a backend's instances cannot run on a GPU here (the
+  server's own rule for KIND_GPU groups), None when they can; `backend_names()` lists them.
+- `default_model_filename(config)`: the model file a config serves (`model.pt`...).
 - `tensorrt_engines_missing()`, `open_engine(path, device_id)`: what this machine lacks to run
   TensorRT engines (model.plan), and one engine ready to run on a GPU as the tensorrt backend
   runs it.
@@ -24,7 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.registry import backend_name, get_backend
+from serve.backends.registry import (
+    DEFAULT_MODEL_FILENAMES,
+    backend_name,
+    backend_names,
+    get_backend,
+)
 from serve.config.model_config import (
     CONFIG_FILENAME,
     config_to_json,
@@ -45,10 +53,13 @@ __all__ = [
     "ServeError",
     "ServingPlatform",
     "backend_name",
+    "backend_names",
     "config_to_json",
     "config_to_text",
+    "default_model_filename",
     "detect_platform",
     "execution_providers",
+    "gpu_unavailable_reason",
     "model_directories",
     "model_names",
     "open_engine",
@@ -118,6 +129,24 @@ def execution_providers(
     from serve.backends import onnxruntime  # onnxruntime is loaded only when asked for
 
     return onnxruntime.execution_providers(config, kind, device_id, model_dir=model_dir)
+
+
+def gpu_unavailable_reason(backend: str, platform: ServingPlatform | None = None) -> str | None:
+    """Why instances of `backend` cannot run on a GPU of `platform` (default: this machine),
+    as the server decides it when it places a KIND_GPU group; None when they can."""
+    here = platform if platform is not None else detect_platform()
+    if not here.gpus:
+        return "no GPU is visible"
+    try:
+        return get_backend(backend).gpu_unavailable_reason(here)
+    except ServeError as exc:  # unknown backend, or its runtime is not installed
+        return exc.message
+
+
+def default_model_filename(config: mc.ModelConfig) -> str:
+    """The model file name a config serves: its `default_model_filename`, else its backend's
+    default (`model.onnx`, `model.pt`...)."""
+    return config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend_name(config), "")
 
 
 def tensorrt_engines_missing(platform: ServingPlatform | None = None) -> str | None:
