@@ -16,6 +16,8 @@ nothing else of serve but `serve.cli`, which the `autotune` command mounts).
 - `tensorrt_engines_missing()`, `open_engine(path, device_id)`: what this machine lacks to run
   TensorRT engines (model.plan), and one engine ready to run on a GPU as the tensorrt backend
   runs it.
+- `open_torchscript(config, path, kind, device_id)`: a TorchScript model ready to `run(arrays)`
+  as the pytorch backend runs it.
 - `ServeError`: what all of these raise.
 """
 
@@ -45,6 +47,7 @@ from serve.platform import ServingPlatform, detect_platform
 from serve.repository.discovery import model_directories, prepare_config
 
 if TYPE_CHECKING:
+    from serve.backends.pytorch import TorchScriptRunner
     from serve.backends.tensorrt.runner import EngineRunner
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "model_names",
     "open_engine",
     "open_model_directory",
+    "open_torchscript",
     "read_config",
     "tensorrt_engines_missing",
     "write_config",
@@ -169,3 +173,14 @@ def open_engine(path: Path, device_id: int = 0) -> EngineRunner:
     from serve.backends.tensorrt.runner import EngineRunner
 
     return EngineRunner(path, device_id, path.name)
+
+
+def open_torchscript(
+    config: mc.ModelConfig, path: Path, kind: str = "KIND_CPU", device_id: int = 0
+) -> TorchScriptRunner:
+    """The TorchScript file `path` loaded as an instance of `config` on `kind` (KIND_CPU,
+    KIND_GPU: GPU `device_id`), ready to `run(arrays)`; ServeError naming the file when it
+    cannot load. torch is imported only here."""
+    from serve.backends.pytorch import TorchScriptRunner
+
+    return TorchScriptRunner(config, path, kind, device_id)
