@@ -3,6 +3,7 @@ HTTP and gRPC and tritonclient's shared-memory utilities creating the regions in
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
+from serve.platform import detect_platform
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.models import write_echo_bytes
 from tests.support.perf_analyzer import perf_analyzer_path
@@ -293,13 +295,27 @@ def test_infer_errors_name_the_tensor_and_the_server_keeps_serving(
     assert_still_serving(transport)
 
 
-def test_no_cuda_shared_memory(transport: Transport) -> None:
+def test_cuda_shared_memory_registration_on_this_machine(transport: Transport) -> None:
     client = transport.client
     client.unregister_cuda_shared_memory()  # nothing registered: fine (perf_analyzer does it)
     status = client.get_cuda_shared_memory_status()
     assert (status if transport.name == "http" else list(status.regions)) == []
     expect_error(
-        lambda: client.register_cuda_shared_memory("gpu", b"\0" * 64, 0, 64), "no CUDA support"
+        lambda: client.get_cuda_shared_memory_status("nope"),
+        "Unable to find cuda shared memory region: 'nope'",
+    )
+    # A handle as tritonclient.utils.cuda_shared_memory.get_raw_handle gives it (base64).
+    handle = base64.b64encode(bytes(64)).decode()
+    reason = "no GPU" if not detect_platform().gpus else ""  # a GPU: a bogus handle's error
+    expect_error(
+        lambda: client.register_cuda_shared_memory("gpu", handle, 0, 64),
+        "failed to register CUDA shared memory region 'gpu'",
+        reason,
+    )
+    short = base64.b64encode(bytes(8)).decode()
+    expect_error(
+        lambda: client.register_cuda_shared_memory("gpu", short, 0, 64),
+        "region 'gpu': 'raw_handle' must be a 64-byte cudaIpcMemHandle (8 bytes given)",
     )
     assert_still_serving(transport)
 
