@@ -1,7 +1,7 @@
 """bf16 beside fp32 for a TorchScript model on this CPU, as the tuner would serve them.
 
-A ResNet-18-shaped network built from torch.nn (torchvision may be absent; random weights:
-speed does not depend on them) is scripted, and its bf16 variant made by the tuner's own
+A ResNet-18-shaped network built from torch.nn (`scripts/builders/torch_resnet.py`; random
+weights: speed does not depend on them) is scripted, and its bf16 variant made by the tuner's own
 builder (`tuner.precision.torchscript.build_cast_module`: weights and floating inputs cast,
 outputs back to float32). Both run in this process on the same float32 batch, interleaved
 A, B, A, B over the rounds; each round counts the images of as many forward() calls as fit in
@@ -22,48 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from common.cpu import native_bf16
+from scripts.builders.torch_resnet import ResNet18
 from tuner.precision.torchscript import build_cast_module
-
-
-class Block(nn.Module):
-    def __init__(self, inside: int, outside: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(inside, outside, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(outside)
-        self.conv2 = nn.Conv2d(outside, outside, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(outside)
-        self.down: nn.Module = nn.Identity()
-        if stride != 1 or inside != outside:
-            self.down = nn.Sequential(
-                nn.Conv2d(inside, outside, 1, stride, bias=False), nn.BatchNorm2d(outside)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(self.bn2(self.conv2(y)) + self.down(x))
-
-
-class ResNet18(nn.Module):
-    def __init__(self, classes: int = 1000) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
-            nn.BatchNorm2d(64),
-            nn.ReLU(),
-            nn.MaxPool2d(3, 2, 1),
-        )
-        widths = [(64, 64, 1), (64, 128, 2), (128, 256, 2), (256, 512, 2)]
-        self.layers = nn.Sequential(
-            *[nn.Sequential(Block(i, o, s), Block(o, o, 1)) for i, o, s in widths]
-        )
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        x = self.layers(self.stem(image))
-        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
 def _rate(run: Callable[[], torch.Tensor], batch: int, seconds: float) -> float:
