@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,8 +25,11 @@ from pathlib import Path
 import torch
 
 from common.cpu import native_bf16
-from scripts.builders.torch_resnet import ResNet18
 from tuner.precision.torchscript import build_cast_module
+
+# The model repository's builders are imported as `builders` (scripts/), as the tests do.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from builders.torch_resnet import ResNet18
 
 
 def _rate(run: Callable[[], torch.Tensor], batch: int, seconds: float) -> float:

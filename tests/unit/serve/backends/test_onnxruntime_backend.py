@@ -137,7 +137,7 @@ def test_a_gpu_session_keeps_its_providers() -> None:
         def disable_fallback(self) -> None:
             self.fallback = False
 
-    asked = [
+    asked: list[tuple[str, dict[str, str]] | str] = [
         ("TensorrtExecutionProvider", {}),
         ("CUDAExecutionProvider", {}),
         "CPUExecutionProvider",
