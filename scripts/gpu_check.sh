@@ -76,8 +76,8 @@ def rate(trial):
     return (trial or {}).get("outcome", {}).get("throughput") or 0.0
 if best is None:
     sys.exit("no configuration met the budget")
-kind = best["candidate"].get("instance_kind")
-precision = best["candidate"].get("precision", "fp32")
+kind = (best["candidate"] or {}).get("instance_kind", "the kind as written")
+precision = (best["candidate"] or {}).get("precision", "fp32")
 print(f"as written: {rate(written):.1f} infer/s; best (trial {best['number']}, {best['key']}): "
       f"{rate(best):.1f} infer/s on {kind}, {precision}; "
       f"speed-up {rate(best) / max(rate(written), 1e-9):.2f}x")
