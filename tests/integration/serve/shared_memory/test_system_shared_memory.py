@@ -3,6 +3,7 @@ HTTP and gRPC and tritonclient's shared-memory utilities creating the regions in
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import shutil
@@ -19,6 +20,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
+from protocol.client.control import open_client
+from protocol.errors import ClientError
 from serve.platform import detect_platform
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.models import write_echo_bytes
@@ -344,3 +347,25 @@ def test_perf_analyzer_with_system_shared_memory(
     assert result.returncode == 0, output
     assert transport.successes("simple") > before, output
     assert transport.status() == []
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_analyzers_client_registers_cuda_regions(server: RunningServer, protocol: str) -> None:
+    """protocol.client's CUDA calls, as `autotune perf --shared-memory cuda` makes them."""
+    url = server.url if protocol == "http" else server.grpc_url
+
+    async def calls() -> str:
+        client = open_client(protocol, url)
+        try:
+            await client.unregister_cuda_shared_memory()
+            with pytest.raises(ClientError) as info:
+                await client.register_cuda_shared_memory("gpu", base64.b64encode(bytes(64)), 0, 64)
+            await client.unregister_cuda_shared_memory("gpu")
+            return str(info.value)
+        finally:
+            await client.close()
+
+    message = asyncio.run(calls())
+    assert "failed to register CUDA shared memory region 'gpu'" in message
+    if not detect_platform().gpus:
+        assert "no GPU" in message
