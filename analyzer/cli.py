@@ -65,7 +65,8 @@ from analyzer.perf_run import run_perf
     type=click.Choice(["none", "system", "cuda"]),
     default="none",
     help="Pass tensors through shared memory regions registered with the server (system:"
-    " POSIX shared memory; cuda is not supported).",
+    " POSIX shared memory; cuda: memory on GPU 0 shared through CUDA IPC, which needs a GPU"
+    " and tritonclient's CUDA utilities (cuda-python)).",
 )
 @click.option(
     "--output-shared-memory-size",

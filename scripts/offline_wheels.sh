@@ -20,15 +20,17 @@ PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
 mkdir -p "$out"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-# What `serve`, `analyzer` and tests/gpu import; the tuner's reports (plotly, optuna) stay out:
-# the GPU checks do not tune.
+# What `serve`, `analyzer`, the tuner (scripts/gpu_check.sh tunes) and tests/gpu import;
+# cuda-python comes with tritonclient's `cuda` extra (CUDA shared memory), when the target
+# lacks it.
 "$PYTHON" -m pip download --quiet --only-binary=:all: --dest "$scratch" \
     --python-version "$python_version" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-    "tritonclient[http,grpc]>=2.40" \
+    "tritonclient[http,grpc,cuda]>=2.40" \
     "uvicorn[standard]>=0.29" "httptools>=0.6" "orjson>=3.9" "hpack>=4.0" \
+    "optuna>=5.0" "sqlalchemy>=2.1" "plotly>=5.18" "rich>=13" "click>=8.1" \
     "pytest-timeout>=2.2"
 
 # Copy the wheels whose project (PEP 503-normalised) the target does not have.

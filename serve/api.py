@@ -10,9 +10,14 @@ nothing else of serve but `serve.cli`, which the `autotune` command mounts).
   config asks for.
 - `detect_platform()` -> `ServingPlatform`: the CPU cores, GPUs and GPU runtimes of this
   machine, as the server sees them when it places instances.
+- `gpu_unavailable_reason(backend)`: why a backend's instances cannot run on a GPU here (the
+  server's own rule for KIND_GPU groups), None when they can; `backend_names()` lists them.
+- `default_model_filename(config)`: the model file a config serves (`model.pt`...).
 - `tensorrt_engines_missing()`, `open_engine(path, device_id)`: what this machine lacks to run
   TensorRT engines (model.plan), and one engine ready to run on a GPU as the tensorrt backend
   runs it.
+- `open_torchscript(config, path, kind, device_id)`: a TorchScript model ready to `run(arrays)`
+  as the pytorch backend runs it.
 - `ServeError`: what all of these raise.
 """
 
@@ -24,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.registry import backend_name, get_backend
+from serve.backends.registry import (
+    DEFAULT_MODEL_FILENAMES,
+    backend_name,
+    backend_names,
+    get_backend,
+)
 from serve.config.model_config import (
     CONFIG_FILENAME,
     config_to_json,
@@ -37,6 +47,7 @@ from serve.platform import ServingPlatform, detect_platform
 from serve.repository.discovery import model_directories, prepare_config
 
 if TYPE_CHECKING:
+    from serve.backends.pytorch import TorchScriptRunner
     from serve.backends.tensorrt.runner import EngineRunner
 
 __all__ = [
@@ -45,14 +56,18 @@ __all__ = [
     "ServeError",
     "ServingPlatform",
     "backend_name",
+    "backend_names",
     "config_to_json",
     "config_to_text",
+    "default_model_filename",
     "detect_platform",
     "execution_providers",
+    "gpu_unavailable_reason",
     "model_directories",
     "model_names",
     "open_engine",
     "open_model_directory",
+    "open_torchscript",
     "read_config",
     "tensorrt_engines_missing",
     "write_config",
@@ -120,6 +135,24 @@ def execution_providers(
     return onnxruntime.execution_providers(config, kind, device_id, model_dir=model_dir)
 
 
+def gpu_unavailable_reason(backend: str, platform: ServingPlatform | None = None) -> str | None:
+    """Why instances of `backend` cannot run on a GPU of `platform` (default: this machine),
+    as the server decides it when it places a KIND_GPU group; None when they can."""
+    here = platform if platform is not None else detect_platform()
+    if not here.gpus:
+        return "no GPU is visible"
+    try:
+        return get_backend(backend).gpu_unavailable_reason(here)
+    except ServeError as exc:  # unknown backend, or its runtime is not installed
+        return exc.message
+
+
+def default_model_filename(config: mc.ModelConfig) -> str:
+    """The model file name a config serves: its `default_model_filename`, else its backend's
+    default (`model.onnx`, `model.pt`...)."""
+    return config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend_name(config), "")
+
+
 def tensorrt_engines_missing(platform: ServingPlatform | None = None) -> str | None:
     """What this machine (`platform`, default the detected one) lacks to run TensorRT engines,
     None when nothing: a GPU, the tensorrt package, a CUDA build of torch (imported only once
@@ -140,3 +173,14 @@ def open_engine(path: Path, device_id: int = 0) -> EngineRunner:
     from serve.backends.tensorrt.runner import EngineRunner
 
     return EngineRunner(path, device_id, path.name)
+
+
+def open_torchscript(
+    config: mc.ModelConfig, path: Path, kind: str = "KIND_CPU", device_id: int = 0
+) -> TorchScriptRunner:
+    """The TorchScript file `path` loaded as an instance of `config` on `kind` (KIND_CPU,
+    KIND_GPU: GPU `device_id`), ready to `run(arrays)`; ServeError naming the file when it
+    cannot load. torch is imported only here."""
+    from serve.backends.pytorch import TorchScriptRunner
+
+    return TorchScriptRunner(config, path, kind, device_id)

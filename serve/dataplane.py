@@ -18,7 +18,7 @@ from protocol.metadata import ModelMetadata, TensorMetadata
 from serve.backends.registry import backend_name
 from serve.config.model_config import config_from_json, config_to_json
 from serve.custom_metrics import CustomMetrics
-from serve.errors import ErrorKind, ServeError
+from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.log_settings import LogSettings, LogValue
 from serve.model.loader import ServerServices
@@ -41,6 +41,7 @@ EXTENSIONS = [
     "parameters",
     "statistics",
     "system_shared_memory",
+    "cuda_shared_memory",
     "trace",
     "logging",
 ]
@@ -212,23 +213,17 @@ class DataPlane:
         """Unregister one region ("" = all); an unknown name is not an error, as in Triton."""
         self.shared_memory.unregister(name)
 
-    # This server has no CUDA: no CUDA region can exist. Status and unregister-all still
-    # answer, as Triton does with none registered (perf_analyzer unregisters all of both kinds).
-
     def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
-        if name:
-            raise ServeError.not_found(f"Unable to find cuda shared memory region: '{name}'")
-        return []
+        """CUDA shared-memory regions: [{"name", "device_id", "byte_size"}]."""
+        return self.shared_memory.status(name, "cuda")
 
-    def cuda_shm_register(self, name: str) -> None:
-        raise ServeError(
-            ErrorKind.UNSUPPORTED,
-            f"failed to register CUDA shared memory region '{name}': this server has no CUDA"
-            " support; use system shared memory",
-        )
+    def cuda_shm_register(self, name: str, raw_handle: Any, device_id: int, byte_size: int) -> None:
+        """Open a client's CUDA IPC handle (bytes, or HTTP's {"b64": ...}) as region `name`;
+        where CUDA cannot be had, a ServeError naming the region says why."""
+        self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
 
     def cuda_shm_unregister(self, name: str = "") -> None:
-        return None
+        self.shared_memory.unregister(name, "cuda")
 
     # -- trace and log settings ---------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from importlib import metadata
 
-from common.cpu import usable_cpu_count
+from common.cpu import native_bf16, usable_cpu_count
 from common.gpu import GpuDevice, list_gpus
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
@@ -33,6 +33,7 @@ class ServingPlatform:
     onnxruntime_providers: tuple[str, ...]
     onnxruntime_packages: tuple[str, ...]  # installed distributions of ONNXRUNTIME_PACKAGES
     tensorrt_version: str | None  # the tensorrt Python package, for model.plan files
+    cpu_bf16: bool = False  # the CPU has native bfloat16 arithmetic (AVX-512 BF16 / AMX)
 
     @property
     def gpu_ids(self) -> tuple[int, ...]:
@@ -65,7 +66,7 @@ class ServingPlatform:
 
     def describe(self) -> str:
         """E.g. '2 CPU cores; GPU 0: NVIDIA H200 (139.8 GiB); onnxruntime: CUDA, TensorRT'."""
-        parts = [f"{self.cpu_count} CPU cores"]
+        parts = [f"{self.cpu_count} CPU cores" + (" (bf16)" if self.cpu_bf16 else "")]
         parts += [gpu.describe() for gpu in self.gpus] or ["no GPU"]
         accelerators = [
             label
@@ -131,6 +132,7 @@ def detect_platform() -> ServingPlatform:
         onnxruntime_providers=_onnxruntime_providers(),
         onnxruntime_packages=tuple(p for p in ONNXRUNTIME_PACKAGES if _installed(p)),
         tensorrt_version=_tensorrt_version(),
+        cpu_bf16=native_bf16(),
     )
     log.info("platform: %s", found.describe())
     for warning in found.warnings():

@@ -22,7 +22,13 @@ from google.protobuf import descriptor
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tuner.precisions import FILE_PRECISIONS, PLAN_PRECISIONS, PRECISIONS, TRT_PRECISIONS
+from serve.api import default_model_filename
+from tuner.precisions import (
+    FILE_PRECISIONS,
+    PLAN_PRECISIONS,
+    PRECISIONS,
+    TRT_PRECISIONS,
+)
 
 ParamValue = int | bool | str | None
 
@@ -270,7 +276,7 @@ def _apply_precision(config: mc.ModelConfig, precision: str) -> None:
             copy.CopyFrom(accel)
         del accelerators[:]
         accelerators.extend(copies)
-    current = config.default_model_filename or "model.onnx"
+    current = default_model_filename(config) or "model.onnx"
     filename = variant_filename(current, precision)
     if filename != current:
         config.default_model_filename = filename

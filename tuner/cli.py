@@ -28,7 +28,7 @@ from tuner.defaults import (
 from tuner.duration import Duration
 from tuner.mix_spec import EXAMPLE as MIX_EXAMPLE
 from tuner.mix_spec import TrafficMix, TrafficMixError, parse_traffic_mix
-from tuner.precisions import PRECISIONS
+from tuner.precisions import DEFAULT_PRECISIONS, PRECISIONS
 
 
 def _traffic_mix(
@@ -189,11 +189,14 @@ class _LazyGroup(click.Group):
     "--precision",
     "precisions",
     callback=_precisions,
-    default="fp32,fp16,int8",
+    default=",".join(DEFAULT_PRECISIONS),
     show_default=True,
-    help="Precisions to try (comma-separated): fp32, fp16 and int8 model files; on a GPU, "
-    "trt_fp16 / trt_int8 (onnxruntime's TensorRT provider) and plan_fp16 / plan_int8 "
-    "(TensorRT engines on the tensorrt backend).",
+    help="Precisions to try (comma-separated): fp32, fp16 and int8 model files of ONNX "
+    "models; fp16 and bf16 modules of TorchScript models; on a GPU, trt_fp16 / trt_int8 "
+    "(onnxruntime's TensorRT provider) and plan_fp16 / plan_int8 (TensorRT engines on the "
+    "tensorrt backend). Left at its default, each model gets those its backend has and that "
+    "can pay off here (TorchScript: fp16 on GPU instances only, bf16 on a GPU or a CPU with "
+    "native bf16); given, every one is tried or excluded saying why.",
 )
 @click.option(
     "--max-accuracy-drop",
@@ -321,6 +324,8 @@ def main(
         search=search,
         max_batch_size_cap=max_batch_size_cap,
         precisions=precisions,
+        precisions_explicit=click.get_current_context().get_parameter_source("precisions")
+        is not click.core.ParameterSource.DEFAULT,
         max_accuracy_drop=max_accuracy_drop,
         validation_data=validation_data,
         storage=storage,

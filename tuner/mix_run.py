@@ -92,7 +92,8 @@ def tune_mix(
             result = run_search(space, evaluator, settings, lambda e: hooks.progress(name, e))
     finally:
         remove_tree(work_dir)
-    summary = joint_summary(options, name, platform, result, models, space.describe())
+    gpu = any("KIND_GPU" in step.kinds for step in space.steps)
+    summary = joint_summary(options, name, platform, result, models, space.describe(), gpu)
     summary = replace(summary, traffic_mix=tuple(shares.items()))
     best = result.best.candidate if result.best is not None else None
     summary = with_best(options, summary, models, best, None)

@@ -24,6 +24,7 @@ from tuner.evaluate import EvaluationSettings, measure_loaded, precision_refusal
 from tuner.pipeline_space import PipelineSpace
 from tuner.plan import Target
 from tuner.precision import PrecisionVariant
+from tuner.precisions import backend_precisions
 from tuner.remeasure import server_measurer, with_remeasure
 from tuner.results import run_summary, variant_result, write_model_report
 from tuner.run import (
@@ -191,7 +192,8 @@ def tune_pipeline(
             )
     finally:
         remove_tree(work_dir)
-    summary = joint_summary(options, name, platform, result, steps, space.describe())
+    gpu = any("KIND_GPU" in step.kinds for step in space.steps)
+    summary = joint_summary(options, name, platform, result, steps, space.describe(), gpu)
     summary = with_remeasure(summary, remeasured)
     best = summary.best.candidate if summary.best is not None else None
     summary = with_best(options, summary, steps, best, ensemble_dir)
@@ -217,13 +219,14 @@ def joint_summary(
     result: SearchResult,
     steps: Sequence[StepSetup],
     space: Sequence[str],
+    gpu_searched: bool = False,
 ) -> RunSummary:
     """The run summary of models tuned in one study (an ensemble's steps, a traffic mix):
     every model's config as written, each variant's verdict named after its model."""
     summary = run_summary(
         model=name,
         budget=options.budget,
-        platform=PlatformInfo(platform.cpu_count, platform.gpu, platform.gpu_names),
+        platform=PlatformInfo(platform.cpu_count, gpu_searched, platform.gpu_names),
         search=result,
         variants=(),
         as_written_config="".join(
@@ -254,10 +257,9 @@ def prepare_step(options: TuneOptions, model: str, hooks: Hooks) -> StepSetup:
     path = opened.model_file()
     if not path.exists():
         raise TuneError(f"step '{model}': model file {path} does not exist")
-    # Reduced precisions are ONNX files; the other backends' steps are served as they are.
     # The run's --validation-data holds the ensemble's inputs, not a step's: each step is
     # checked on its own example data (or random inputs).
-    asked = options.precisions if opened.backend == "onnxruntime" else ("fp32",)
+    asked = tuple(p for p in options.precisions if p in backend_precisions(opened.backend))
     step_options = replace(options, validation_data=None)
     variants = prepare_model_variants(step_options, model_dir, opened.config, path, hooks, asked)
     return StepSetup(opened, tuple(variants), path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.api import CONFIG_FILENAME, config_to_text, open_model_directory
+from serve.api import CONFIG_FILENAME, backend_name, config_to_text, open_model_directory
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, diff, variant_filename
 from tuner.defaults import DEFAULT_MAX_BATCH_SIZE_CAP, DEFAULT_TRIALS
@@ -22,6 +22,7 @@ from tuner.errors import TunerError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
 from tuner.model_batch import accepted_batch_size
 from tuner.precision import DEFAULT_CACHE_DIR, PrecisionVariant, prepare_variants
+from tuner.precisions import DEFAULT_PRECISIONS, backend_precisions
 from tuner.remeasure import (
     Loader,
     Measurer,
@@ -49,7 +50,10 @@ class TuneOptions:
     trials: int | None = None  # None: DEFAULT_TRIALS, DEFAULT_PIPELINE_TRIALS for a pipeline
     time_budget: Duration | None = None  # for the whole run, shared by the models
     search: str = "optuna"
-    precisions: tuple[str, ...] = ("fp32", "fp16", "int8")
+    precisions: tuple[str, ...] = DEFAULT_PRECISIONS
+    # False: `precisions` is the default, each model gets those of it that suit its backend
+    # and machine; True: every one asked is prepared (or excluded, saying why).
+    precisions_explicit: bool = False
     max_accuracy_drop: float = 0.01
     validation_data: Path | None = None
     storage: str | None = None  # default: sqlite in the report folder
@@ -173,6 +177,7 @@ def model_space(
             precisions=precisions,
             latency_limit=options.budget.limit,
             max_batch_cap=batch_cap(options, config, model_path),
+            cpu_fp16=options.precisions_explicit,
         ),
     )
 
@@ -235,7 +240,7 @@ def tune_model(
     summary = run_summary(
         model=model,
         budget=options.budget,
-        platform=PlatformInfo(platform.cpu_count, platform.gpu, platform.gpu_names),
+        platform=PlatformInfo(platform.cpu_count, "KIND_GPU" in space.kinds, platform.gpu_names),
         search=result,
         variants=variants,
         as_written_config=config_text(model_dir, config),
@@ -343,6 +348,8 @@ def prepare_model_variants(
     """The model's precision variants (`precisions_asked`, default the run's), each verdict
     told to the console."""
     asked = options.precisions if precisions_asked is None else precisions_asked
+    if not options.precisions_explicit:
+        asked = default_precisions(asked, backend_name(config), Platform.detect())
     precisions = list(dict.fromkeys(("fp32", *asked)))
     hooks.note(f"{model_dir.name}: preparing precisions {', '.join(precisions)}")
     variants = prepare_variants(
@@ -358,6 +365,16 @@ def prepare_model_variants(
     for variant in variants:
         hooks.note(f"{model_dir.name}: {variant.verdict}")
     return variants
+
+
+def default_precisions(asked: tuple[str, ...], backend: str, platform: Platform) -> tuple[str, ...]:
+    """Of the default precisions, those worth preparing for a model of `backend` here: those
+    its backend has, and for TorchScript fp16 only where it can run on a GPU (on a CPU it is
+    never faster) and bf16 only on a GPU or a CPU with native bf16."""
+    offered = [p for p in asked if p in backend_precisions(backend)]
+    if backend == "pytorch" and not platform.gpu_for(backend):
+        offered = [p for p in offered if p != "fp16" and (p != "bf16" or platform.cpu_bf16)]
+    return tuple(offered)
 
 
 def config_text(model_dir: Path, config: mc.ModelConfig) -> str:

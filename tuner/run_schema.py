@@ -35,7 +35,7 @@ class PlatformInfo:
     """The machine the run measured on."""
 
     cpu_count: int
-    gpu: bool = False  # GPU instances were part of the search
+    gpu: bool = False  # GPU instances were part of the search (of at least one model)
     gpu_names: tuple[str, ...] = ()  # the GPUs the machine has, usable or not
 
     def describe(self) -> str:
@@ -45,7 +45,7 @@ class PlatformInfo:
             return text + ("a GPU" if self.gpu else "no GPU")
         count = len(self.gpu_names)
         text += f"{count} GPU{'s' if count > 1 else ''} ({', '.join(self.gpu_names)})"
-        return text if self.gpu else text + ", not usable by onnxruntime here"
+        return text if self.gpu else text + ", not usable by the model's backend here"
 
     def to_json(self) -> dict[str, Any]:
         return {"cpu_count": self.cpu_count, "gpu": self.gpu, "gpus": list(self.gpu_names)}

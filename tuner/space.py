@@ -15,12 +15,24 @@ Built from the model's own config and the platform, with these rules:
   batch size only when the delay is > 0 (with no delay the batcher never waits for one):
   none, or max/2 or max/4. Triton's batcher guide says preferred sizes "should not be used for
   most models", so "none" is listed first and the priors use it.
-- Instances: KIND_CPU (KIND_GPU when the platform has a GPU); 1..4 and powers of two up to the
-  core count, and the core count itself.
+- Instance kind: KIND_CPU, and KIND_GPU too where the server says the model's backend can run
+  on a GPU here (`serve.api.gpu_unavailable_reason`: pytorch with a CUDA build of torch,
+  onnxruntime with its CUDA provider, python). A python model gets KIND_GPU only when its
+  config already asks for KIND_GPU or KIND_AUTO: its own code decides what runs where, and one
+  that never looks at `model_instance_kind` would only be measured twice. Engines (the
+  tensorrt backend) are GPU-only. The kind is asked first; every later choice may depend on it.
+- Instances on the CPU: 1..4 and powers of two up to the core count, and the core count itself;
+  on a GPU: 1..4 instances per GPU.
 - onnxruntime on the CPU: intra_op_thread_count from 1 up to cores // instances (powers of two
   and that bound), asked after the instance count so that threads x instances <= cores always.
-- onnxruntime: precision from the caller's list; trt_* only where onnxruntime has TensorRT,
-  plan_* (engines on the tensorrt backend) only where the tensorrt backend can run them.
+- onnxruntime: precision from the caller's list; trt_* only on GPU instances where onnxruntime
+  has TensorRT, plan_* (engines on the tensorrt backend) only on GPU instances where the
+  tensorrt backend can run them.
+- pytorch (TorchScript): fp16 and bf16 on GPU instances; on the CPU bf16 only where the CPU
+  has native bf16 and fp16 only when the caller asks for it (`cpu_fp16`: fp16 is never faster
+  on a CPU). A kind left with fp32 alone asks no precision.
+- On a kind other than the first, parameters whose choices differ are named after it
+  (`instance_count[kind=gpu]`), since an Optuna parameter keeps one set of choices.
 - The model's current values join these sets where they are valid, so its own config is
   usually a point of the space (`as_written`); values that are not are snapped to the nearest
   for the search's starting point (`default_candidate`), while the config as written is
@@ -39,7 +51,14 @@ from typing import Any, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.api import ServingPlatform, backend_name, detect_platform, tensorrt_engines_missing
+from serve.api import (
+    ServingPlatform,
+    backend_name,
+    backend_names,
+    detect_platform,
+    gpu_unavailable_reason,
+    tensorrt_engines_missing,
+)
 from tuner.candidate import (
     DYNAMIC_BATCHING,
     INSTANCE_COUNT,
@@ -58,9 +77,12 @@ from tuner.candidate import (
     config_precision,
 )
 from tuner.duration import Duration
+from tuner.precisions import TORCH_PRECISIONS
 
 DEFAULT_DELAYS_US = (0, 100, 500, 1000, 2000, 5000)
 DEFAULT_GPU_INSTANCES = 4
+CPU, GPU, AUTO = "KIND_CPU", "KIND_GPU", "KIND_AUTO"
+ONNX_CPU_PRECISIONS = ("fp32", "fp16", "int8")
 
 # choose(candidate field, Optuna parameter name, choices) -> the chosen value
 Chooser = Callable[[str, str, Sequence[ParamValue]], ParamValue]
@@ -75,20 +97,30 @@ class SuggestingTrial(Protocol):
 @dataclass(frozen=True, slots=True)
 class Platform:
     cpu_count: int
-    gpu: bool = False
-    tensorrt: bool = False
+    gpu_backends: frozenset[str] = frozenset()  # backends whose instances can run on a GPU here
+    tensorrt: bool = False  # onnxruntime has TensorRT (trt_* precisions)
     gpu_names: tuple[str, ...] = ()  # as the reports name the machine
     tensorrt_engines: bool = False  # the tensorrt backend can run engines (plan_* precisions)
+    cpu_bf16: bool = False  # the CPU has native bf16 (bf16 on CPU instances)
+
+    def gpu_for(self, backend: str) -> bool:
+        return backend in self.gpu_backends
 
     @classmethod
-    def detect(cls, serving: ServingPlatform | None = None) -> Platform:
+    def detect(
+        cls,
+        serving: ServingPlatform | None = None,
+        reason: Callable[[str, ServingPlatform], str | None] = gpu_unavailable_reason,
+    ) -> Platform:
         """This machine as the server sees it (`serve.api.detect_platform()`): GPU instances
-        where onnxruntime can run on a GPU here, trt_* precisions where onnxruntime has
-        TensorRT, plan_* precisions where the tensorrt backend can run engines."""
+        for the backends the server would place on a GPU here (`reason`, the server's rule),
+        trt_* precisions where onnxruntime has TensorRT, plan_* precisions where the tensorrt
+        backend can run engines, bf16 on the CPU where it is native."""
         here = serving if serving is not None else detect_platform()
         names = tuple(gpu.name for gpu in here.gpus)
+        usable = frozenset(b for b in backend_names() if here.gpus and reason(b, here) is None)
         engines = tensorrt_engines_missing(here) is None
-        return cls(here.cpu_count, here.onnxruntime_cuda, here.onnxruntime_tensorrt, names, engines)
+        return cls(here.cpu_count, usable, here.onnxruntime_tensorrt, names, engines, here.cpu_bf16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +134,7 @@ class SpaceOptions:
     # An ensemble's step: max_batch_size never below the ensemble's own (its requests batch
     # up to that size before they reach the step).
     min_batch_size: int = 0
+    cpu_fp16: bool = False  # fp16 on CPU instances of TorchScript models (asked for explicitly)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,28 +153,55 @@ class BatchingChoices:
         return (None, *sorted(s for s in sizes if 2 <= s <= max_batch_size))
 
 
+@dataclass(frozen=True, slots=True)
+class KindChoices:
+    """What may be chosen on instances of one kind."""
+
+    counts: tuple[int, ...]  # instances (per GPU on KIND_GPU)
+    threads: dict[int, tuple[int, ...]] | None = None  # instances -> onnxruntime thread counts
+    precisions: tuple[str, ...] | None = None  # None: no precision is asked
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """The valid candidates of one model; see the module docstring for the rules."""
 
     model_name: str
     base: mc.ModelConfig = field(repr=False, compare=False)
-    instance_kind: str
-    instance_counts: tuple[int, ...]
-    thread_choices: dict[int, tuple[int, ...]] | None
-    precisions: tuple[str, ...] | None
+    kinds: dict[str, KindChoices]  # KIND_CPU first when it is one
     batching: BatchingChoices | None
+
+    @property
+    def instance_kind(self) -> str:
+        """The first kind (KIND_CPU unless the model runs only on a GPU)."""
+        return next(iter(self.kinds))
+
+    @property
+    def instance_counts(self) -> tuple[int, ...]:
+        return self.kinds[self.instance_kind].counts
+
+    @property
+    def thread_choices(self) -> dict[int, tuple[int, ...]] | None:
+        return self.kinds[self.instance_kind].threads
+
+    @property
+    def precisions(self) -> tuple[str, ...] | None:
+        return self.kinds[self.instance_kind].precisions
 
     def walk(self, choose: Chooser) -> Candidate:
         """Make every decision in order through `choose`; later choices depend on earlier ones."""
-        values: dict[str, ParamValue] = {INSTANCE_KIND: self.instance_kind}
-        count = _as_int(choose(INSTANCE_COUNT, INSTANCE_COUNT, self.instance_counts))
+        kinds = tuple(self.kinds)
+        kind = kinds[0] if len(kinds) == 1 else str(choose(INSTANCE_KIND, INSTANCE_KIND, kinds))
+        suffix = "" if kind == kinds[0] else f"[kind={kind.removeprefix('KIND_').lower()}]"
+        choices = self.kinds[kind]
+        values: dict[str, ParamValue] = {INSTANCE_KIND: kind}
+        count = _as_int(choose(INSTANCE_COUNT, INSTANCE_COUNT + suffix, choices.counts))
         values[INSTANCE_COUNT] = count
-        if self.thread_choices is not None:
-            name = f"{THREAD_COUNT}[instances={count}]"
-            values[THREAD_COUNT] = choose(THREAD_COUNT, name, self.thread_choices[count])
-        if self.precisions is not None:
-            values[PRECISION] = choose(PRECISION, PRECISION, self.precisions)
+        if choices.threads is not None:
+            name = f"{THREAD_COUNT}[instances={count}]{suffix}"
+            values[THREAD_COUNT] = choose(THREAD_COUNT, name, choices.threads[count])
+        if choices.precisions is not None:
+            values[PRECISION] = choose(PRECISION, PRECISION + suffix, choices.precisions)
         batching = self.batching
         if batching is not None:
             on = bool(choose(DYNAMIC_BATCHING, DYNAMIC_BATCHING, (False, True)))
@@ -229,47 +289,61 @@ class SearchSpace:
     def prior_candidates(self) -> list[Candidate]:
         """Where the search starts (after the config as written), after Triton's batcher
         guide: the model's own config snapped onto the space; batching on with no preferred
-        size, no delay and the model's max_batch_size; and the latter in each other precision.
+        size, no delay and the model's max_batch_size; and the latter in each other precision,
+        on each kind (a GPU first: where a backend can use one it is the likely winner).
         Then what is known of the problem: every split of the cores between instances and
-        threads that uses them all (threads x instances beyond the cores only contend), with
-        batching on at the largest max_batch_size and no delay (with no delay the batcher
-        never waits, so a large limit costs nothing at low load), in each precision (int8
-        roughly halves the compute). Duplicates removed, order kept."""
+        threads that uses them all (threads x instances beyond the cores only contend), or
+        the most instances per GPU, with batching on at the largest max_batch_size and no
+        delay (with no delay the batcher never waits, so a large limit costs nothing at low
+        load), in each precision (int8 roughly halves the compute). Duplicates removed, order
+        kept."""
         wanted = self._values_of(self.base)
         priors = [self.default_candidate()]
-        batching = {DYNAMIC_BATCHING: True, MAX_QUEUE_DELAY: 0, PREFERRED_BATCH_SIZE: None}
-        precisions = list(self.precisions or [None])
+        batching: dict[str, ParamValue] = {
+            DYNAMIC_BATCHING: True,
+            MAX_QUEUE_DELAY: 0,
+            PREFERRED_BATCH_SIZE: None,
+        }
+        kinds = sorted(self.kinds, key=lambda kind: kind != GPU)
         first = wanted.get(PRECISION)
-        precisions.sort(key=lambda p: p != first)
-        for precision in precisions:
-            values = wanted | batching | ({PRECISION: precision} if precision else {})
-            priors.append(self.walk(snapping(values)))
+
+        def precisions(kind: str) -> list[str | None]:
+            listed: list[str | None] = list(self.kinds[kind].precisions or [None])
+            return sorted(listed, key=lambda p: p != first)
+
+        for kind in kinds:
+            for precision in precisions(kind):
+                values = wanted | batching | {INSTANCE_KIND: kind}
+                priors.append(self.walk(snapping(values | _precision(precision))))
         if self.batching is not None:
             batching[MAX_BATCH_SIZE] = self.batching.max_batch_sizes[-1]
-        for precision in precisions:
-            for split in self._full_splits():
-                values = wanted | batching | split | ({PRECISION: precision} if precision else {})
-                priors.append(self.walk(snapping(values)))
+        for kind in kinds:
+            for precision in precisions(kind):
+                for split in self._full_splits(kind):
+                    values = wanted | batching | split | {INSTANCE_KIND: kind}
+                    priors.append(self.walk(snapping(values | _precision(precision))))
         return list(dict.fromkeys(priors))
 
-    def _full_splits(self) -> list[dict[str, ParamValue]]:
+    def _full_splits(self, kind: str) -> list[dict[str, ParamValue]]:
         """Instance count and thread count pairs that use every core: each count with its
         most threads (without a thread choice, the most instances)."""
-        if self.thread_choices is None:
-            return [{INSTANCE_COUNT: self.instance_counts[-1]}]
-        return [
-            {INSTANCE_COUNT: count, THREAD_COUNT: self.thread_choices[count][-1]}
-            for count in self.instance_counts
-        ]
+        choices = self.kinds[kind]
+        if choices.threads is None:
+            return [{INSTANCE_COUNT: choices.counts[-1]}]
+        threads = choices.threads
+        return [{INSTANCE_COUNT: count, THREAD_COUNT: threads[count][-1]} for count in threads]
 
     def describe(self) -> list[str]:
         """One line per parameter, for reports."""
-        lines = [f"instance_count ({self.instance_kind}): {_join(self.instance_counts)}"]
-        if self.thread_choices is not None:
-            per = "; ".join(f"{n} inst: {_join(t)}" for n, t in self.thread_choices.items())
-            lines.append(f"intra_op_thread_count: {per}")
-        if self.precisions is not None:
-            lines.append(f"precision: {_join(self.precisions)}")
+        lines = []
+        for kind, choices in self.kinds.items():
+            per = " per GPU" if kind == GPU else ""
+            lines.append(f"instance_count ({kind}{per}): {_join(choices.counts)}")
+            if choices.threads is not None:
+                per = "; ".join(f"{n} inst: {_join(t)}" for n, t in choices.threads.items())
+                lines.append(f"intra_op_thread_count ({kind}): {per}")
+            if choices.precisions is not None:
+                lines.append(f"precision ({kind}): {_join(choices.precisions)}")
         if self.batching is not None:
             lines += [
                 "dynamic_batching: off, on",
@@ -284,8 +358,12 @@ class SearchSpace:
     def _values_of(self, base: mc.ModelConfig) -> dict[str, ParamValue]:
         group = base.instance_group[0] if base.instance_group else None
         count = group.count if group is not None and group.count > 0 else None
+        kind = _group_kind(base)
+        if kind == AUTO:  # the server's rule: a GPU where the backend can use one here
+            kind = GPU if GPU in self.kinds else CPU
         values: dict[str, ParamValue] = {
-            INSTANCE_COUNT: count or _default_instance_count(base, self.instance_kind),
+            INSTANCE_KIND: kind,
+            INSTANCE_COUNT: count or _default_instance_count(base, kind),
             THREAD_COUNT: _int_parameter(base, THREAD_COUNT),
             PRECISION: config_precision(base),
             DYNAMIC_BATCHING: base.HasField("dynamic_batching"),
@@ -336,27 +414,49 @@ def build_space(
     name = base.name or "model"
     if base.platform == "ensemble" or base.HasField("ensemble_scheduling"):
         raise ValueError(f"'{name}': ensembles are not tuned; tune their composing models")
-    kind = "KIND_GPU" if platform.gpu else "KIND_CPU"
-    instances = _instance_counts(base, platform, options)
-    threads = None
-    if backend == "onnxruntime" and kind == "KIND_CPU":
-        threads = _thread_choices(base, platform.cpu_count, instances)
-    precisions = _precisions(options.precisions, platform) if backend == "onnxruntime" else None
+    unknown = [p for p in options.precisions if p not in PRECISIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})"
+        )
+    kinds: dict[str, KindChoices] = {}
+    for kind in _kinds(base, backend, platform):
+        counts = _instance_counts(base, kind, platform, options)
+        threads = None
+        if backend == "onnxruntime" and kind == CPU:
+            threads = _thread_choices(base, platform.cpu_count, counts)
+        precisions = _precisions(backend, kind, options, platform)
+        if precisions != ():
+            kinds[kind] = KindChoices(counts, threads, precisions)
+    if not kinds:
+        raise ValueError(
+            f"none of the precisions {', '.join(options.precisions)} runs on this platform"
+        )
     return SearchSpace(
-        model_name=name,
-        base=base,
-        instance_kind=kind,
-        instance_counts=instances,
-        thread_choices=threads,
-        precisions=precisions,
-        batching=_batching_choices(base, options),
+        model_name=name, base=base, kinds=kinds, batching=_batching_choices(base, options)
     )
 
 
+def _group_kind(base: mc.ModelConfig) -> str:
+    if not base.instance_group:
+        return CPU
+    return mc.ModelInstanceGroup.Kind.Name(base.instance_group[0].kind)
+
+
+def _kinds(base: mc.ModelConfig, backend: str, platform: Platform) -> tuple[str, ...]:
+    if not platform.gpu_for(backend):
+        return (CPU,)
+    if backend == "tensorrt":
+        return (GPU,)
+    if backend == "python" and _group_kind(base) not in (GPU, AUTO):
+        return (CPU,)
+    return (CPU, GPU)
+
+
 def _instance_counts(
-    base: mc.ModelConfig, platform: Platform, options: SpaceOptions
+    base: mc.ModelConfig, kind: str, platform: Platform, options: SpaceOptions
 ) -> tuple[int, ...]:
-    if platform.gpu:
+    if kind == GPU:
         limit = options.max_instances or DEFAULT_GPU_INSTANCES
         return tuple(range(1, limit + 1))
     cores = platform.cpu_count
@@ -381,21 +481,30 @@ def _thread_choices(
     return choices
 
 
-def _precisions(requested: Sequence[str], platform: Platform) -> tuple[str, ...]:
-    unknown = [p for p in requested if p not in PRECISIONS]
-    if unknown:
-        raise ValueError(
-            f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})"
+def _precisions(
+    backend: str, kind: str, options: SpaceOptions, platform: Platform
+) -> tuple[str, ...] | None:
+    """The precisions of `kind` instances; None when none is asked, () when none runs there."""
+    requested = tuple(dict.fromkeys(options.precisions))
+    if backend == "onnxruntime":
+        return tuple(
+            p
+            for p in requested
+            if p in ONNX_CPU_PRECISIONS
+            or (kind == GPU and p in TRT_PRECISIONS and platform.tensorrt)
+            or (kind == GPU and p in PLAN_PRECISIONS and platform.tensorrt_engines)
         )
-    allowed = [
-        p
-        for p in dict.fromkeys(requested)
-        if (p not in TRT_PRECISIONS or platform.tensorrt)
-        and (p not in PLAN_PRECISIONS or platform.tensorrt_engines)
-    ]
-    if not allowed:
-        raise ValueError(f"none of the precisions {', '.join(requested)} runs on this platform")
-    return tuple(allowed)
+    if backend == "pytorch":
+        allowed = tuple(
+            p
+            for p in requested
+            if p == "fp32"
+            or (p in TORCH_PRECISIONS and kind == GPU)
+            or (p == "bf16" and platform.cpu_bf16)
+            or (p == "fp16" and options.cpu_fp16)
+        )
+        return allowed if set(allowed) - {"fp32"} else None
+    return None
 
 
 def _batching_choices(base: mc.ModelConfig, options: SpaceOptions) -> BatchingChoices | None:
@@ -426,6 +535,10 @@ def _batching_choices(base: mc.ModelConfig, options: SpaceOptions) -> BatchingCh
         base_preferred=max(preferred) if preferred else None,
         tune_preferred=options.tune_preferred,
     )
+
+
+def _precision(precision: str | None) -> dict[str, ParamValue]:
+    return {PRECISION: precision} if precision else {}
 
 
 def _default_instance_count(base: mc.ModelConfig, kind: str) -> int:

@@ -30,6 +30,7 @@ from analyzer.load.shared_memory import (
     SystemSharedMemory,
     create_system_shared_memory,
 )
+from common.gpu import list_gpus
 from protocol.client.control import ControlClient, open_client
 from protocol.client.grpc import metadata_pairs
 from protocol.client.grpc_infer import encode_grpc_infer_request
@@ -96,10 +97,14 @@ async def connect(options: LoadOptions, peak: LoadLevel | None = None) -> Connec
             return Connected(make_driver(target, options, peak), model, client)
         input_sets = build_input_sets(model, options)
         refs: list[SharedMemoryRefs] | None = None
-        if options.shared_memory == "system":
+        if options.shared_memory in ("system", "cuda"):
             outputs = [tensor.name for tensor in model.outputs]
             regions, refs = await create_system_shared_memory(
-                client, input_sets, outputs, options.output_shared_memory_size
+                client,
+                input_sets,
+                outputs,
+                options.output_shared_memory_size,
+                options.shared_memory,
             )
         target = build_target(client, model, options, input_sets, refs)
         driver = make_driver(target, options, peak)
@@ -117,16 +122,16 @@ def check_options(options: LoadOptions) -> None:
         raise AnalyzerError(f"-i must be http or grpc, got '{options.protocol}'")
     if options.streaming and options.protocol != "grpc":
         raise AnalyzerError("--streaming needs -i grpc (streams are a gRPC feature)")
-    if options.shared_memory == "cuda":
-        raise AnalyzerError(
-            "--shared-memory cuda needs CUDA and a GPU, which this analyzer does not use: use"
-            " --shared-memory system or none"
-        )
-    if options.shared_memory not in ("none", "system"):
+    if options.shared_memory not in ("none", "system", "cuda"):
         raise AnalyzerError(
             f"--shared-memory must be none, system or cuda, got '{options.shared_memory}'"
         )
-    if options.shared_memory == "system" and options.output_shared_memory_size < 1:
+    if options.shared_memory == "cuda" and not list_gpus():
+        raise AnalyzerError(
+            "--shared-memory cuda puts the tensors in GPU memory shared with the server, and "
+            "NVML finds no GPU on this machine: use --shared-memory system or none"
+        )
+    if options.shared_memory != "none" and options.output_shared_memory_size < 1:
         raise AnalyzerError(
             "--output-shared-memory-size must be at least 1 byte, got"
             f" {options.output_shared_memory_size}"

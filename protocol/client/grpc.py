@@ -8,6 +8,7 @@ would have answered for the server's gRPC code, None when the server did not ans
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import grpc
@@ -138,6 +139,25 @@ class GrpcClient:
         what = f"unregistering system shared memory region '{name}'" if name else "unregistering"
         request = pb.SystemSharedMemoryUnregisterRequest(name=name)
         await self._call("SystemSharedMemoryUnregister", request, what)
+
+    async def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        """The CUDA shared-memory extension: register the GPU memory whose cudaIpcMemHandle
+        is `raw_handle` (its base64, as tritonclient's get_raw_handle gives it) as `name`."""
+        request = pb.CudaSharedMemoryRegisterRequest(
+            name=name,
+            raw_handle=base64.b64decode(raw_handle),
+            device_id=device_id,
+            byte_size=byte_size,
+        )
+        await self._call("CudaSharedMemoryRegister", request, f"registering CUDA region '{name}'")
+
+    async def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        """Unregister the CUDA region `name` (every CUDA region for "")."""
+        what = f"unregistering CUDA shared memory region '{name}'" if name else "unregistering"
+        request = pb.CudaSharedMemoryUnregisterRequest(name=name)
+        await self._call("CudaSharedMemoryUnregister", request, what)
 
     async def system_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]:
         """The registered system regions (one, or all for ""): name, key, offset, byte_size."""

@@ -183,6 +183,36 @@ class HttpClient:
                 status,
             )
 
+    async def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        """The CUDA shared-memory extension: register the GPU memory whose cudaIpcMemHandle
+        is `raw_handle` (its base64, as tritonclient's get_raw_handle gives it) as `name`."""
+        handle = {"b64": raw_handle.decode()}
+        body = orjson.dumps({"raw_handle": handle, "device_id": device_id, "byte_size": byte_size})
+        path = f"/v2/cudasharedmemory/region/{_quote(name)}/register"
+        status, answer = await self.request("POST", path, body)
+        if status != 200:
+            raise ClientError(
+                f"the server at {self.endpoint.address} refused to register CUDA shared memory"
+                f" region '{name}': {error_message(status, answer)}",
+                status,
+            )
+
+    async def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        """Unregister the CUDA region `name` (every CUDA region for "")."""
+        region = f"/region/{_quote(name)}" if name else ""
+        status, answer = await self.request(
+            "POST", f"/v2/cudasharedmemory{region}/unregister", b"{}"
+        )
+        if status != 200:
+            what = f"region '{name}'" if name else "the regions"
+            raise ClientError(
+                f"the server at {self.endpoint.address} refused to unregister CUDA shared"
+                f" memory {what}: {error_message(status, answer)}",
+                status,
+            )
+
     async def system_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]:
         """The registered system regions (one, or all for ""): name, key, offset, byte_size."""
         region = f"/region/{_quote(name)}" if name else ""

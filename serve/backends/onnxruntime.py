@@ -2,8 +2,9 @@
 
 Session options follow Triton's onnxruntime backend: config `parameters` intra_op_thread_count,
 inter_op_thread_count, execution_mode, enable_mem_arena; `optimization.graph.level`; execution
-providers from `optimization.execution_accelerators` (cuda / tensorrt with precision_mode), which
-fall back to the CPU with a warning when onnxruntime-gpu is not installed.
+providers from `optimization.execution_accelerators` (cuda / tensorrt with precision_mode). A
+KIND_GPU instance whose providers cannot be had fails to load, naming them; its session keeps
+them (onnxruntime's fallback to the CPU is turned off): it never runs on the CPU instead.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -210,6 +211,8 @@ class OnnxRuntimeInstance(ModelInstance):
             )
         except Exception as exc:  # onnxruntime raises several unrelated exception types
             raise ServeError.unavailable(f"{ctx.model_path}: cannot load: {exc}") from None
+        if ctx.kind == "KIND_GPU":
+            require_gpu_session(self._session, providers, ctx.instance_name)
         model_inputs = {i.name for i in self._session.get_inputs()}
         model_outputs = [o.name for o in self._session.get_outputs()]
         for tensor in ctx.config.input:
@@ -284,6 +287,33 @@ def graph_needed(config: mc.ModelConfig) -> bool:
         tensor.data_type == mc.TYPE_INVALID or (not tensor.dims and not tensor.HasField("reshape"))
         for tensor in (*config.input, *config.output)
     )
+
+
+class ProviderSession(Protocol):
+    """What `require_gpu_session` needs of an onnxruntime InferenceSession."""
+
+    def get_providers(self) -> list[str]: ...
+
+    def disable_fallback(self) -> None: ...
+
+
+def require_gpu_session(session: ProviderSession, asked: Sequence[Any], where: str) -> None:
+    """A GPU instance's session has every GPU provider it asked for, and keeps them: without
+    this, onnxruntime builds a CPU session when a GPU provider cannot start (with a warning in
+    its own log only), and falls back to the CPU at run time when one fails. ServeError naming
+    the instance and the providers otherwise. (Nodes the CUDA provider does not implement still
+    run on the CPU within the session, as in Triton: onnxruntime places them there itself.)"""
+    names = [entry[0] if isinstance(entry, tuple) else entry for entry in asked]
+    wanted = [name for name in names if name in (CUDA_PROVIDER, TENSORRT_PROVIDER)]
+    got = list(session.get_providers())
+    missing = [name for name in wanted if name not in got]
+    if missing:
+        raise ServeError.unavailable(
+            f"{where}: KIND_GPU, but onnxruntime made its session without "
+            f"{', '.join(missing)} (session providers: {', '.join(got) or 'none'}); it is "
+            "not run on the CPU instead"
+        )
+    session.disable_fallback()
 
 
 class OnnxRuntimeBackend(Backend):

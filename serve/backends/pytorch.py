@@ -1,4 +1,6 @@
-"""Triton's pytorch (libtorch) backend: a TorchScript `model.pt` run with torch on CPU.
+"""Triton's pytorch (libtorch) backend: a TorchScript `model.pt` run with torch, on the CPU or
+(KIND_GPU, with a CUDA build of torch) on the GPU its instance is given; the config's
+`parameters` as `pytorch_options.py` reads them.
 
 Input mapping follows Triton: when every config input name is an argument of `forward()`, the
 inputs are passed by keyword; otherwise, when every name follows the `<name>__<index>` convention,
@@ -14,7 +16,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,7 @@ from protocol.datatypes import config_to_wire, numpy_dtype, wire_datatype, wire_
 from protocol.errors import ProtocolError
 from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInstance, RequestResult
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
+from serve.backends.pytorch_options import TorchOptions
 from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.platform import ServingPlatform
@@ -41,54 +44,6 @@ _INDEXED_NAME = re.compile(r"^.+__(\d+)$")
 # torch allows setting the inter-op pool size once per process, before any parallel work.
 _interop_lock = threading.Lock()
 _interop_threads: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TorchOptions:
-    """The config `parameters` Triton's pytorch backend reads."""
-
-    intra_op_threads: int = 0  # 0: torch's default
-    inter_op_threads: int = 0
-    optimized_execution: bool = True
-    inference_mode: bool = True
-    jit_executor: bool | None = None  # None: leave torch's setting alone
-    jit_profiling: bool | None = None
-    # ENABLE_CUDNN, ENABLE_WEIGHT_SHARING and ENABLE_CACHE_CLEANING only concern GPUs: ignored.
-
-    @classmethod
-    def from_config(cls, config: mc.ModelConfig) -> TorchOptions:
-        params = {key: value.string_value for key, value in config.parameters.items()}
-        return cls(
-            intra_op_threads=_int_param(params, "INTRA_OP_THREAD_COUNT"),
-            inter_op_threads=_int_param(params, "INTER_OP_THREAD_COUNT"),
-            optimized_execution=not _bool_param(params, "DISABLE_OPTIMIZED_EXECUTION", False),
-            inference_mode=bool(_bool_param(params, "INFERENCE_MODE", True)),
-            jit_executor=_bool_param(params, "ENABLE_JIT_EXECUTOR", None),
-            jit_profiling=_bool_param(params, "ENABLE_JIT_PROFILING", None),
-        )
-
-
-def _int_param(params: Mapping[str, str], key: str) -> int:
-    raw = params.get(key, "").strip()
-    if not raw:
-        return 0
-    try:
-        return max(int(raw), 0)
-    except ValueError:
-        raise ServeError.unavailable(
-            f"config parameter '{key}' must be an integer, got '{raw}'"
-        ) from None
-
-
-def _bool_param(params: Mapping[str, str], key: str, default: bool | None) -> bool | None:
-    raw = params.get(key, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("true", "on", "1"):
-        return True
-    if raw in ("false", "off", "0"):
-        return False
-    raise ServeError.unavailable(f"config parameter '{key}' must be true or false, got '{raw}'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +223,8 @@ class PyTorchInstance(ModelInstance):
         _apply_thread_counts(self._options)
         if ctx.kind == "KIND_GPU":
             self._device = f"cuda:{ctx.device_id}"
+        for warning in self._options.warnings(on_gpu=self._device != "cpu"):
+            _log.warning("%s: %s", ctx.instance_name, warning)
         try:
             module = torch.jit.load(str(path), map_location=self._device)
         except Exception as exc:
@@ -352,14 +309,30 @@ class PyTorchInstance(ModelInstance):
             torch._C._jit_set_profiling_executor(options.jit_executor)
         if options.jit_profiling is not None:
             torch._C._jit_set_profiling_mode(options.jit_profiling)
+        if options.tensor_fuser is not None:
+            torch._C._jit_set_texpr_fuser_enabled(options.tensor_fuser)
+        on_gpu = self._device != "cpu"
         with ExitStack() as stack:
             stack.enter_context(
                 torch.inference_mode() if options.inference_mode else torch.no_grad()
             )
             stack.enter_context(torch.jit.optimized_execution(options.optimized_execution))
+            if on_gpu and not options.cudnn:
+                stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+            if on_gpu and options.cache_cleaning:
+                stack.callback(torch.cuda.empty_cache)
             if self._inputs.by_keyword:
                 return self._module(**tensors)
             return self._module(*(tensors[name] for name in self._inputs.names))
+
+    def run_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One forward() on whole arrays (the batch dimension included where the model
+        batches), outside any server: the config's outputs as numpy arrays."""
+        present = [name for name in self._inputs.names if name in arrays]
+        tensors = {name: _to_tensor(arrays[name]).to(self._device) for name in present}
+        raw = self._forward(tensors)
+        rows = len(arrays[present[0]]) if self._batching and present else 0
+        return self._to_arrays(raw, rows)
 
     def _to_arrays(self, raw: Any, total_rows: int) -> dict[str, np.ndarray]:
         """The config's outputs picked out of what forward() returned, as numpy arrays."""
@@ -453,3 +426,31 @@ class PyTorchBackend(Backend):
 
     def create_instance(self, context: InstanceContext) -> ModelInstance:
         return PyTorchInstance(context)
+
+
+class TorchScriptRunner:
+    """A TorchScript model as the pytorch backend runs it, outside a server (the tuner's
+    accuracy check): same input mapping, output checks and config parameters."""
+
+    def __init__(self, config: mc.ModelConfig, path: Path, kind: str, device_id: int) -> None:
+        name = config.name or path.stem
+        context = InstanceContext(
+            model_name=name,
+            model_version=1,
+            repository_path=path.parent,
+            model_dir=path.parent,
+            model_path=path,
+            config=config,
+            instance_name=f"{name}_0",
+            instance_index=0,
+            kind=kind,
+            device_id=device_id,
+        )
+        self._instance = PyTorchInstance(context)
+        self._instance.load()
+
+    def run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._instance.run_arrays(arrays)
+
+    def close(self) -> None:
+        self._instance.unload()

@@ -44,6 +44,11 @@ def backend_name(config: mc.ModelConfig) -> str:
     return ""
 
 
+def backend_names() -> tuple[str, ...]:
+    """Every backend this server knows, whether or not its runtime is installed."""
+    return tuple(_BACKENDS)
+
+
 def get_backend(name: str) -> Backend:
     """The backend object for `name`; ServeError when unknown or its runtime is missing."""
     if name in _loaded:

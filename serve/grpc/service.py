@@ -227,7 +227,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self._dataplane.cuda_shm_register(request.name)
+        self._dataplane.cuda_shm_register(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
         return pb.CudaSharedMemoryRegisterResponse()
 
     @_converts_errors

@@ -117,7 +117,7 @@ def _add_settings_routes(app: Router, dataplane: DataPlane) -> None:
 
 
 def _add_shared_memory_routes(app: Router, dataplane: DataPlane) -> None:
-    """Triton's system and CUDA shared memory extensions (CUDA: none can be registered)."""
+    """Triton's system and CUDA shared memory extensions."""
 
     def region(request: ControlRequest) -> tuple[str, ...]:
         return tuple(request.params.values())  # (), or the region's name
@@ -142,7 +142,14 @@ def _add_shared_memory_routes(app: Router, dataplane: DataPlane) -> None:
         return _json(dataplane.cuda_shm_status(*region(request)))
 
     async def cuda_register(request: ControlRequest) -> Answer:
-        dataplane.cuda_shm_register(request.params["region"])
+        body = _json_body(request)
+        for field in ("raw_handle", "device_id", "byte_size"):
+            if field not in body:
+                raise ServeError.invalid(
+                    f"CUDA shared memory register request has no '{field}' field"
+                )
+        name = request.params["region"]
+        dataplane.cuda_shm_register(name, body["raw_handle"], body["device_id"], body["byte_size"])
         return _OK
 
     async def cuda_unregister(request: ControlRequest) -> Answer:

@@ -54,8 +54,10 @@ def plan_instances(
         devices: list[int] = [0]
         if kind in ("KIND_GPU", "KIND_AUTO"):
             here = platform()
-            reason = backend.gpu_unavailable_reason(here)
             where = f"{config.name}: instance_group[{index}]"
+            if kind == "KIND_GPU":  # a GPU the machine lacks, whatever the backend
+                devices = _group_devices(group, here.gpu_ids, where)
+            reason = backend.gpu_unavailable_reason(here)
             if reason is not None and kind == "KIND_GPU":
                 raise ServeError.unavailable(f"{where} is KIND_GPU but {reason}")
             kind = "KIND_CPU" if reason is not None else "KIND_GPU"

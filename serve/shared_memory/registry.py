@@ -1,4 +1,7 @@
-"""Registered system shared-memory regions (Triton's system shared memory extension).
+"""Registered shared-memory regions (Triton's system and CUDA shared memory extensions).
+
+Both kinds share one namespace of names, as in Triton: a request names a region, whichever
+kind it is. CUDA regions are in `cuda.py`.
 
 A client creates a POSIX shared-memory object (a file under /dev/shm), then registers a named
 region of it: `key` names the object, `offset` and `byte_size` the part of it that is the
@@ -19,6 +22,14 @@ from typing import Any
 from serve.backends.python.shm import SEGMENT_PREFIX
 from serve.errors import ErrorKind, ServeError
 from serve.inference import RegionSlice
+from serve.shared_memory.cuda import (
+    CudaRegion,
+    CudaUnavailable,
+    Opener,
+    decode_handle,
+    open_with_cupy,
+)
+from serve.shared_memory.region import HeldRegion
 
 SHM_DIRECTORY = Path("/dev/shm")
 
@@ -26,21 +37,19 @@ SHM_DIRECTORY = Path("/dev/shm")
 _RESERVED_KEY = re.compile(rf"{SEGMENT_PREFIX}\d+_")
 
 
-class Region:
-    """One mapped region. Requests that will write into it hold it (`acquire`), so an
-    unregister while they are in flight unmaps it only when the last one lets go."""
+class Region(HeldRegion):
+    """One mapped system shared-memory region."""
+
+    kind = "system"
 
     def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
-        self.name = name
+        super().__init__(name, byte_size)
         self.key = key
         self.offset = offset
-        self.byte_size = byte_size
         self._fd = fd
         start = offset - offset % mmap.ALLOCATIONGRANULARITY  # mmap offsets are page-aligned
         self._skip = offset - start
         self._map = mmap.mmap(fd, self._skip + byte_size, offset=start)
-        self._users = 0
-        self._retired = False
 
     def status(self) -> dict[str, Any]:
         return {
@@ -49,19 +58,6 @@ class Region:
             "offset": self.offset,
             "byte_size": self.byte_size,
         }
-
-    def check_range(self, offset: int, byte_size: int, label: str) -> None:
-        """Raise unless [offset, offset + byte_size) lies inside the region."""
-        if offset >= self.byte_size:
-            raise ServeError.invalid(
-                f"{label}: offset {offset} is outside shared memory region '{self.name}'"
-                f" ({self.byte_size} bytes)"
-            )
-        if offset + byte_size > self.byte_size:
-            raise ServeError.invalid(
-                f"{label}: offset {offset} + byte size {byte_size} runs past the end of shared"
-                f" memory region '{self.name}' ({self.byte_size} bytes)"
-            )
 
     def read(self, offset: int, byte_size: int, label: str) -> bytes:
         """A copy of the range, so that a client writing the region later cannot change it."""
@@ -87,19 +83,6 @@ class Region:
                 f" below the registered range ({max(available, 0)} of {self.byte_size} bytes left)"
             )
 
-    def acquire(self) -> None:
-        self._users += 1
-
-    def release(self) -> None:
-        self._users -= 1
-        if self._retired and self._users == 0:
-            self._close()
-
-    def retire(self) -> None:
-        self._retired = True
-        if self._users == 0:
-            self._close()
-
     def _close(self) -> None:
         self._map.close()
         os.close(self._fd)
@@ -108,9 +91,12 @@ class Region:
 class SharedMemoryRegistry:
     """The registered regions by name; every method is safe to call from any thread."""
 
-    def __init__(self, directory: Path = SHM_DIRECTORY) -> None:
+    def __init__(
+        self, directory: Path = SHM_DIRECTORY, cuda_opener: Opener = open_with_cupy
+    ) -> None:
         self._directory = directory
-        self._regions: dict[str, Region] = {}
+        self._open_cuda = cuda_opener
+        self._regions: dict[str, HeldRegion] = {}
         self._lock = threading.Lock()
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
@@ -147,30 +133,58 @@ class SharedMemoryRegistry:
                 raise
             self._regions[name] = region
 
-    def unregister(self, name: str = "") -> None:
-        """Unregister one region, or every region when `name` is empty; an unknown name is
-        not an error (as in Triton)."""
+    def register_cuda(self, name: str, handle: Any, device_id: int, byte_size: int) -> None:
+        """Open a client's CUDA IPC handle (`handle`: bytes, or HTTP's {"b64": ...}) on
+        `device_id` as region `name`; ServeError naming the region when it cannot be."""
+        what = f"failed to register CUDA shared memory region '{name}'"
+        if not name:
+            raise ServeError.invalid("'region name' is necessary to register a CUDA region")
+        for field, value in (("device_id", device_id), ("byte_size", byte_size)):
+            if type(value) is not int or value < 0:
+                raise ServeError.invalid(f"{what}: '{field}' must be a non-negative integer")
+        if byte_size == 0:
+            raise ServeError.invalid(f"{what}: 'byte_size' must be at least 1")
+        raw = decode_handle(handle, what)
+        with self._lock:
+            if name in self._regions:
+                raise ServeError(
+                    ErrorKind.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
+                )
+            try:
+                memory = self._open_cuda(raw, device_id)
+            except CudaUnavailable as exc:
+                raise ServeError(ErrorKind.UNSUPPORTED, f"{what}: {exc}") from None
+            except Exception as exc:  # the CUDA runtime's own errors (a stale handle...)
+                raise ServeError.invalid(f"{what}: {type(exc).__name__}: {exc}") from None
+            self._regions[name] = CudaRegion(name, device_id, byte_size, memory)
+
+    def unregister(self, name: str = "", kind: str | None = "system") -> None:
+        """Unregister one region of `kind` (None: any), or every region of it when `name` is
+        empty; an unknown name is not an error (as in Triton)."""
         with self._lock:
             if name:
-                region = self._regions.pop(name, None)
-                retired = [region] if region is not None else []
+                region = self._regions.get(name)
+                retired = [region] if region is not None and kind in (None, region.kind) else []
             else:
-                retired = list(self._regions.values())
-                self._regions.clear()
+                retired = [r for r in self._regions.values() if kind in (None, r.kind)]
             for region in retired:
+                del self._regions[region.name]
                 region.retire()
 
-    def status(self, name: str = "") -> list[dict[str, Any]]:
+    def status(self, name: str = "", kind: str = "system") -> list[dict[str, Any]]:
         with self._lock:
             if not name:
-                return [region.status() for region in self._regions.values()]
-            return [self._find(name).status()]
+                return [r.status() for r in self._regions.values() if r.kind == kind]
+            region = self._regions.get(name)
+            if region is None or region.kind != kind:
+                raise ServeError.not_found(f"Unable to find {kind} shared memory region: '{name}'")
+            return [region.status()]
 
     def read(self, where: RegionSlice, label: str) -> bytes:
         with self._lock:
             return self._find(where.region).read(where.offset, where.byte_size, label)
 
-    def acquire(self, where: RegionSlice, label: str) -> Region:
+    def acquire(self, where: RegionSlice, label: str) -> HeldRegion:
         """The region holding `where`, held until `release_region` (its range checked)."""
         with self._lock:
             region = self._find(where.region)
@@ -178,19 +192,19 @@ class SharedMemoryRegistry:
             region.acquire()
             return region
 
-    def release_region(self, region: Region) -> None:
+    def release_region(self, region: HeldRegion) -> None:
         with self._lock:
             region.release()
 
-    def write(self, region: Region, offset: int, data: bytes | memoryview, label: str) -> None:
+    def write(self, region: HeldRegion, offset: int, data: bytes | memoryview, label: str) -> None:
         with self._lock:
             region.write(offset, data, label)
 
     def close(self) -> None:
         """Unregister everything (at server stop)."""
-        self.unregister()
+        self.unregister(kind=None)
 
-    def _find(self, name: str) -> Region:
+    def _find(self, name: str) -> HeldRegion:
         region = self._regions.get(name)
         if region is None:
             raise ServeError.not_found(f"Unable to find system shared memory region: '{name}'")

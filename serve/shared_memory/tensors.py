@@ -21,7 +21,8 @@ from protocol.tensors import parse_bytes_tensor, serialize_bytes_tensor
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse, OutputTensor, RegionSlice
 from serve.model.classification import CLASSIFICATION
-from serve.shared_memory.registry import Region, SharedMemoryRegistry
+from serve.shared_memory.region import HeldRegion
+from serve.shared_memory.registry import SharedMemoryRegistry
 
 Completion = Callable[[InferResponse | ServeError], None]
 
@@ -84,7 +85,7 @@ def bind_regions(
         request.inputs[name] = _read_input(registry, name, datatype, shape, where)
     request.region_inputs = {}
 
-    held: dict[str, tuple[Region, RegionSlice]] = {}
+    held: dict[str, tuple[HeldRegion, RegionSlice]] = {}
 
     def release() -> None:
         for region, _ in held.values():
@@ -144,7 +145,7 @@ def _read_input(
 def _write_outputs(
     registry: SharedMemoryRegistry,
     response: InferResponse,
-    held: Mapping[str, tuple[Region, RegionSlice]],
+    held: Mapping[str, tuple[HeldRegion, RegionSlice]],
 ) -> InferResponse | ServeError:
     outputs: list[OutputTensor] = []
     try:

@@ -287,3 +287,122 @@ def test_the_tuner_builds_engines_that_pass_the_accuracy_guard(tmp_path: Path) -
         assert variant.model_path is not None and variant.model_path.suffix == ".plan"
         print(f"{variant.verdict}; built in {variant.build_seconds:.1f} s; {variant.method}")
     assert all(v.cached for v in prepare())
+
+
+@needs_torch_cuda
+def test_the_tuner_offers_gpu_instances_to_torchscript_and_python_models() -> None:
+    from tuner.space import Platform
+
+    assert {"pytorch", "python"} <= Platform.detect().gpu_backends
+
+
+@needs_torch_cuda
+def test_torchscript_fp16_and_bf16_modules_are_checked_and_served_on_the_gpu(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+    model_dir = tmp_path / "repository" / "net"
+    (model_dir / "1").mkdir(parents=True)
+    torch.manual_seed(0)
+    torch.jit.script(Net().eval()).save(str(model_dir / "1" / "model.pt"))
+    config_text = textwrap.dedent(
+        """
+        name: "net"
+        backend: "pytorch"
+        max_batch_size: 8
+        input [{ name: "x" data_type: TYPE_FP32 dims: [ 3, 8, 8 ] }]
+        output [{ name: "y" data_type: TYPE_FP32 dims: [ 4 ] }]
+        instance_group [{ count: 1 kind: KIND_GPU }]
+        """
+    )
+    (model_dir / "config.pbtxt").write_text(config_text)
+    config = read_config_file(model_dir / "config.pbtxt")
+    variants = prepare_variants(
+        model_dir, config, model_dir / "1" / "model.pt", ["fp16", "bf16"], 0.25, None, tmp_path
+    )
+    for variant in variants:
+        assert variant.usable, variant.verdict
+        assert variant.model_path is not None and "checked on GPU 0" in variant.method
+        print(variant.verdict)
+    fp16 = next(v for v in variants if v.precision == "fp16")
+    assert fp16.model_path is not None
+    shutil.copy(fp16.model_path, model_dir / "1" / "model.fp16.pt")
+    (model_dir / "config.pbtxt").write_text(
+        config_text + 'default_model_filename: "model.fp16.pt"\n'
+    )
+    rows = np.random.default_rng(3).random((2, 3, 8, 8), dtype=np.float32)
+    with serving(model_dir.parent, tmp_path / "server.log") as server:
+        client = httpclient.InferenceServerClient(server.url)
+        tensor = httpclient.InferInput("x", list(rows.shape), "FP32")
+        tensor.set_data_from_numpy(rows)
+        served = client.infer("net", [tensor]).as_numpy("y")
+    fp32 = torch.jit.load(str(model_dir / "1" / "model.pt"))
+    with torch.inference_mode():
+        expected = fp32(torch.from_numpy(rows)).numpy()
+    assert served.dtype == np.float32  # the config's type at the boundary
+    np.testing.assert_allclose(served, expected, rtol=2e-2, atol=2e-2)
+
+
+def _cupy_and_cuda_python() -> bool:
+    try:
+        import cupy  # noqa: F401
+        import tritonclient.utils.cuda_shared_memory  # noqa: F401
+    except (ImportError, RuntimeError):
+        return False
+    return True
+
+
+needs_cuda_shm = pytest.mark.skipif(
+    not HERE.gpus or not _cupy_and_cuda_python(),
+    reason="needs a GPU, cupy (the server's side) and cuda-python (tritonclient's side)",
+)
+
+
+@needs_cuda_shm
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_cuda_shared_memory_inputs_and_outputs(tmp_path: Path, protocol: str) -> None:
+    import tritonclient.grpc as grpcclient
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    repository = tmp_path / "repository"
+    shutil.copytree(BUNDLED_REPOSITORY / "simple", repository / "simple")
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    size = a.nbytes
+    names = ("in0", "in1", "out0", "out1")
+    handles = {name: cudashm.create_shared_memory_region(name, size, 0) for name in names}
+    module = httpclient if protocol == "http" else grpcclient
+    try:
+        cudashm.set_shared_memory_region(handles["in0"], [a])
+        cudashm.set_shared_memory_region(handles["in1"], [b])
+        with serving(repository, tmp_path / "server.log") as server:
+            client = module.InferenceServerClient(
+                server.url if protocol == "http" else server.grpc_url
+            )
+            for name, handle in handles.items():
+                client.register_cuda_shared_memory(name, cudashm.get_raw_handle(handle), 0, size)
+            inputs = [module.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in (0, 1)]
+            inputs[0].set_shared_memory("in0", size)
+            inputs[1].set_shared_memory("in1", size)
+            outputs = [module.InferRequestedOutput(f"OUTPUT{i}") for i in (0, 1)]
+            outputs[0].set_shared_memory("out0", size)
+            outputs[1].set_shared_memory("out1", size)
+            client.infer("simple", inputs, outputs=outputs)
+            client.unregister_cuda_shared_memory()
+        total = cudashm.get_contents_as_numpy(handles["out0"], "INT32", [1, 16])
+        difference = cudashm.get_contents_as_numpy(handles["out1"], "INT32", [1, 16])
+    finally:
+        for handle in handles.values():
+            cudashm.destroy_shared_memory_region(handle)
+    np.testing.assert_array_equal(total, a + b)
+    np.testing.assert_array_equal(difference, a - b)

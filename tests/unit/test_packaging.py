@@ -64,7 +64,7 @@ def _imports(tree: ast.AST) -> Iterator[tuple[str, bool]]:
 
 # Optional packages whose import name is not their distribution's name: where the package is
 # not installed, packages_distributions cannot tell whose module it is.
-OPTIONAL_MODULE_DISTRIBUTIONS = {"pynvml": "nvidia-ml-py"}
+OPTIONAL_MODULE_DISTRIBUTIONS = {"pynvml": "nvidia-ml-py", "cupy": "cupy-cuda12x"}
 
 
 def _third_party_imports() -> dict[str, list[tuple[str, bool]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 from collections.abc import Callable, Sequence
@@ -35,7 +36,13 @@ from tuner.precision.builders import (
     build_int8_dynamic,
     build_int8_static,
 )
-from tuner.precision.cache import DEFAULT_CACHE_DIR, VariantCache, VariantKey, model_sha256
+from tuner.precision.cache import (
+    DEFAULT_CACHE_DIR,
+    VariantCache,
+    VariantKey,
+    file_sha256,
+    model_sha256,
+)
 from tuner.precision.errors import PrecisionError
 from tuner.precision.graph import (
     GraphSummary,
@@ -52,8 +59,21 @@ from tuner.precision.tensorrt_calibration import (
     table_location,
 )
 from tuner.precision.tensorrt_engine import build_engine, engine_method
+from tuner.precision.torchscript import (
+    build_cast_module,
+    cast_method,
+    check_device,
+    is_torchscript_model,
+    torchscript_outputs,
+)
 from tuner.precision.validation import ValidationSet, load_validation_inputs
-from tuner.precisions import PLAN_PRECISIONS, PRECISIONS, TRT_PRECISIONS
+from tuner.precisions import (
+    PLAN_PRECISIONS,
+    PRECISIONS,
+    TORCH_PRECISIONS,
+    TRT_PRECISIONS,
+    backend_precisions,
+)
 
 log = logging.getLogger("tuner.precision")
 
@@ -140,12 +160,25 @@ def prepare_variants(
     (`tensorrt_engine.py`) for batches up to `engine_max_batch` (0: the config's
     max_batch_size), cached per TensorRT version and GPU, checked by running them. A variant
     that cannot be built or run carries `error`; one beyond `max_accuracy_drop` carries a
-    failed `accuracy`. Models that are not ONNX get fp32 only;
-    their other precisions carry an error saying so. Raises PrecisionError for an unknown
-    precision, an unreadable model file or unreadable validation data (the user's to fix).
+    failed `accuracy`. TorchScript models get fp16 and bf16 modules (`torchscript.py`),
+    checked as the pytorch backend runs them (on GPU 0 where torch can use it). Other models
+    get fp32 only; their other precisions carry an error saying so. Raises PrecisionError for
+    an unknown precision, an unreadable model file or unreadable validation data (the user's
+    to fix).
     """
     wanted = _normalize(precisions)
     model_path = Path(model_path)
+    if is_torchscript_model(config, model_path):
+        return _torchscript_variants(
+            Path(model_dir),
+            config,
+            model_path,
+            wanted,
+            max_accuracy_drop,
+            validation_file,
+            Path(cache_dir),
+            count,
+        )
     if not is_onnx_model(config, model_path):
         kind = config.backend or config.platform or model_path.suffix
         note = f"precision variants need an ONNX model; '{kind}' models are served in fp32 only"
@@ -175,6 +208,72 @@ def prepare_variants(
     return [_fp32(model_path) if p == "fp32" else _reduced(p, context, reference) for p in wanted]
 
 
+def _build_cast(source: Path, precision: str, target: Path) -> None:
+    build_cast_module(source, target, precision)
+
+
+def _torchscript_variants(
+    model_dir: Path,
+    config: mc.ModelConfig,
+    model_path: Path,
+    wanted: list[str],
+    limit: float,
+    validation_file: Path | None,
+    cache_dir: Path,
+    count: int,
+) -> list[PrecisionVariant]:
+    """fp16 and bf16 modules of a TorchScript model (`torchscript.py`), cached, each checked
+    against the model as it is, both run as the pytorch backend runs them."""
+    if wanted == ["fp32"]:
+        return [_fp32(model_path)]
+    validation = load_validation_inputs(model_dir, config, validation_file, count)
+    log.info("validation inputs: %s", validation.source)
+    specs = output_specs(config, model_path)
+    names = [s.name for s in specs]
+    kind, where = check_device()
+    try:
+        reference = torchscript_outputs(config, model_path, validation, names, kind)
+    except PrecisionError as exc:
+        error = f"no accuracy check is possible: {exc}"
+        return [_fp32(model_path) if p == "fp32" else _failed(p, error) for p in wanted]
+    cache = VariantCache(cache_dir)
+    source_sha256 = file_sha256(model_path)
+    variants = []
+    for precision in wanted:
+        if precision == "fp32":
+            variants.append(_fp32(model_path))
+        elif precision not in TORCH_PRECISIONS:
+            note = f"TorchScript models have {', '.join(TORCH_PRECISIONS)} variants"
+            variants.append(_failed(precision, f"{precision} is for ONNX models; {note}"))
+        else:
+            try:
+                method = cast_method(precision)
+                key = VariantKey(source_sha256, precision, method, None)
+                built = cache.get_or_build(
+                    key, functools.partial(_build_cast, model_path, precision), ".pt"
+                )
+                outputs = torchscript_outputs(config, built.path, validation, names, kind)
+                accuracy = judge(precision, specs, reference, outputs, validation, limit)
+            except PrecisionError as exc:
+                variants.append(_failed(precision, str(exc)))
+                continue
+            except Exception as exc:  # scripting and casting raise many unrelated types
+                error = f"building it failed: {type(exc).__name__}: {exc}"
+                variants.append(_failed(precision, error))
+                continue
+            variants.append(
+                PrecisionVariant(
+                    precision,
+                    built.path,
+                    accuracy,
+                    built.seconds,
+                    method=f"{method}; checked {where}",
+                    cached=built.cached,
+                )
+            )
+    return variants
+
+
 @dataclass(frozen=True, slots=True)
 class _Context:
     config: mc.ModelConfig
@@ -190,6 +289,8 @@ class _Context:
 
 
 def _reduced(precision: str, context: _Context, reference: Outputs) -> PrecisionVariant:
+    if precision not in backend_precisions("onnxruntime"):
+        return _failed(precision, f"{precision} variants are made for TorchScript models only")
     if precision in TRT_PRECISIONS:
         return _tensorrt(precision, context, reference)
     if precision in PLAN_PRECISIONS:

@@ -169,7 +169,7 @@ def test_platform_names_its_gpus_and_whether_they_were_usable() -> None:
     assert h200.describe() == "16 CPU cores, 1 GPU (NVIDIA H200)"
     unusable = PlatformInfo(16, gpu=False, gpu_names=("NVIDIA L4", "NVIDIA L4"))
     assert unusable.describe() == (
-        "16 CPU cores, 2 GPUs (NVIDIA L4, NVIDIA L4), not usable by onnxruntime here"
+        "16 CPU cores, 2 GPUs (NVIDIA L4, NVIDIA L4), not usable by the model's backend here"
     )
     for info in (PlatformInfo(2), h200, unusable):
         assert PlatformInfo.from_json(info.to_json()) == info

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
 from common.gpu import GpuDevice
-from serve.api import ServingPlatform, tensorrt_engines_missing
+from serve.api import ServingPlatform, gpu_unavailable_reason, tensorrt_engines_missing
 from serve.config.model_config import parse_config_text, read_config_file
 from serve.config.validate import validate_config
 from tests.conftest import BUNDLED_REPOSITORY
@@ -25,6 +25,7 @@ from tuner.space import Platform, SpaceOptions, build_space, grid
 
 REPOSITORY = BUNDLED_REPOSITORY
 ALL_PRECISIONS = ("fp32", "fp16", "int8", "trt_fp16", "trt_int8", "plan_fp16", "plan_int8")
+ORT_GPU = frozenset({"onnxruntime"})
 
 
 def _config(model: str) -> mc.ModelConfig:
@@ -423,20 +424,19 @@ def test_tensorrt_precisions_only_where_tensorrt_runs() -> None:
     base = _config("simple")
     cpu = build_space(base, Platform(cpu_count=2), SpaceOptions(ALL_PRECISIONS))
     assert cpu.precisions == ("fp32", "fp16", "int8")
-    onnxruntime_trt = Platform(cpu_count=2, gpu=True, tensorrt=True)
-    assert build_space(base, onnxruntime_trt, SpaceOptions(ALL_PRECISIONS)).precisions == (
-        "fp32",
-        "fp16",
-        "int8",
-        "trt_fp16",
-        "trt_int8",
-    )
+    onnxruntime_trt = Platform(cpu_count=2, gpu_backends=ORT_GPU, tensorrt=True)
+    trt = build_space(base, onnxruntime_trt, SpaceOptions(ALL_PRECISIONS))
+    # TensorRT runs on GPU instances only: the CPU instances keep the file precisions.
+    assert trt.kinds["KIND_CPU"].precisions == ("fp32", "fp16", "int8")
+    assert trt.kinds["KIND_GPU"].precisions == ("fp32", "fp16", "int8", "trt_fp16", "trt_int8")
     everything = replace(onnxruntime_trt, tensorrt_engines=True)
     gpu = build_space(base, everything, SpaceOptions(ALL_PRECISIONS))
-    assert gpu.precisions == ALL_PRECISIONS
-    assert gpu.instance_kind == "KIND_GPU" and gpu.thread_choices is None
+    assert gpu.kinds["KIND_GPU"].precisions == ALL_PRECISIONS
+    assert gpu.kinds["KIND_GPU"].threads is None and gpu.kinds["KIND_CPU"].threads is not None
     for candidate in grid(gpu):
         validate_config(apply(candidate, base), "simple", "simple")
+        if str(candidate.get("precision")).startswith(("trt_", "plan_")):
+            assert candidate["instance_kind"] == "KIND_GPU"
     with pytest.raises(ValueError, match="bf12"):
         build_space(base, Platform(cpu_count=2), SpaceOptions(("bf12",)))
     with pytest.raises(ValueError, match="runs on this platform"):
@@ -473,12 +473,40 @@ def test_platform_is_what_the_server_can_run_on() -> None:
     assert Platform.detect().cpu_count >= 1
     both = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
     h200 = ("NVIDIA H200",)
-    assert Platform.detect(_serving(1, both)) == Platform(3, True, True, h200)
+
+    def detect(serving: ServingPlatform) -> Platform:
+        # onnxruntime's own rule, as the server has it; the other backends said no here
+        def reason(backend: str, here: ServingPlatform) -> str | None:
+            return gpu_unavailable_reason(backend, here) if backend == "onnxruntime" else "no"
+
+        return Platform.detect(serving, reason)
+
+    assert detect(_serving(1, both)) == Platform(3, ORT_GPU, True, h200)
     # onnxruntime-gpu without a GPU, and a GPU without onnxruntime-gpu: CPU instances only.
-    assert Platform.detect(_serving(0, both)) == Platform(3, False, False)
+    assert detect(_serving(0, both)) == Platform(3)
     cpu_only = ("CPUExecutionProvider",)
-    assert Platform.detect(_serving(2, cpu_only)) == Platform(3, False, False, h200 * 2)
-    assert Platform.detect(_serving(1, both[1:])) == Platform(3, True, False, h200)
+    assert detect(_serving(2, cpu_only)) == Platform(3, frozenset(), False, h200 * 2)
+    assert detect(_serving(1, both[1:])) == Platform(3, ORT_GPU, False, h200)
+
+
+def test_the_backends_offered_a_gpu_are_those_the_server_would_place_on_one() -> None:
+    gpu_machine = _serving(1, ("CPUExecutionProvider",))
+    asked: list[str] = []
+
+    def reason(backend: str, here: ServingPlatform) -> str | None:
+        assert here is gpu_machine
+        asked.append(backend)
+        return None if backend in ("pytorch", "python") else f"{backend} cannot"
+
+    found = Platform.detect(gpu_machine, reason)
+    assert found.gpu_backends == {"pytorch", "python"} and set(asked) >= {"pytorch", "onnxruntime"}
+    # Without a GPU nothing is asked: no backend is offered one.
+    assert Platform.detect(_serving(0, ()), reason).gpu_backends == frozenset()
+    # The server's own answers on this machine: a python model may use the GPU it is given;
+    # onnxruntime without its CUDA provider cannot, and says why.
+    assert gpu_unavailable_reason("python", gpu_machine) is None
+    assert "CUDAExecutionProvider" in str(gpu_unavailable_reason("onnxruntime", gpu_machine))
+    assert gpu_unavailable_reason("pytorch", _serving(0, ())) == "no GPU is visible"
 
 
 def test_engine_precisions_need_tensorrt_and_a_cuda_torch() -> None:

@@ -3,6 +3,8 @@ HTTP and gRPC and tritonclient's shared-memory utilities creating the regions in
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
 import shutil
 import subprocess
@@ -18,6 +20,9 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
+from protocol.client.control import open_client
+from protocol.errors import ClientError
+from serve.platform import detect_platform
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.models import write_echo_bytes
 from tests.support.perf_analyzer import perf_analyzer_path
@@ -293,13 +298,27 @@ def test_infer_errors_name_the_tensor_and_the_server_keeps_serving(
     assert_still_serving(transport)
 
 
-def test_no_cuda_shared_memory(transport: Transport) -> None:
+def test_cuda_shared_memory_registration_on_this_machine(transport: Transport) -> None:
     client = transport.client
     client.unregister_cuda_shared_memory()  # nothing registered: fine (perf_analyzer does it)
     status = client.get_cuda_shared_memory_status()
     assert (status if transport.name == "http" else list(status.regions)) == []
     expect_error(
-        lambda: client.register_cuda_shared_memory("gpu", b"\0" * 64, 0, 64), "no CUDA support"
+        lambda: client.get_cuda_shared_memory_status("nope"),
+        "Unable to find cuda shared memory region: 'nope'",
+    )
+    # A handle as tritonclient.utils.cuda_shared_memory.get_raw_handle gives it (base64).
+    handle = base64.b64encode(bytes(64)).decode()
+    reason = "no GPU" if not detect_platform().gpus else ""  # a GPU: a bogus handle's error
+    expect_error(
+        lambda: client.register_cuda_shared_memory("gpu", handle, 0, 64),
+        "failed to register CUDA shared memory region 'gpu'",
+        reason,
+    )
+    short = base64.b64encode(bytes(8)).decode()
+    expect_error(
+        lambda: client.register_cuda_shared_memory("gpu", short, 0, 64),
+        "region 'gpu': 'raw_handle' must be a 64-byte cudaIpcMemHandle (8 bytes given)",
     )
     assert_still_serving(transport)
 
@@ -328,3 +347,25 @@ def test_perf_analyzer_with_system_shared_memory(
     assert result.returncode == 0, output
     assert transport.successes("simple") > before, output
     assert transport.status() == []
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_analyzers_client_registers_cuda_regions(server: RunningServer, protocol: str) -> None:
+    """protocol.client's CUDA calls, as `autotune perf --shared-memory cuda` makes them."""
+    url = server.url if protocol == "http" else server.grpc_url
+
+    async def calls() -> str:
+        client = open_client(protocol, url)
+        try:
+            await client.unregister_cuda_shared_memory()
+            with pytest.raises(ClientError) as info:
+                await client.register_cuda_shared_memory("gpu", base64.b64encode(bytes(64)), 0, 64)
+            await client.unregister_cuda_shared_memory("gpu")
+            return str(info.value)
+        finally:
+            await client.close()
+
+    message = asyncio.run(calls())
+    assert "failed to register CUDA shared memory region 'gpu'" in message
+    if not detect_platform().gpus:
+        assert "no GPU" in message

@@ -9,8 +9,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.backends.onnxruntime import execution_providers, session_options
+from serve.backends.onnxruntime import execution_providers, require_gpu_session, session_options
 from serve.errors import ServeError
+from tests.conftest import BUNDLED_REPOSITORY
 
 
 def _config(text: str) -> mc.ModelConfig:
@@ -104,3 +105,47 @@ def test_gpu_accelerators_on_a_cpu_instance_are_ignored_with_a_warning() -> None
     assert cpu_warnings == [
         "gpu_execution_accelerator 'tensorrt' ignored: the instance runs on the CPU"
     ]
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(),
+    reason="shows onnxruntime's silent CPU session, which needs an onnxruntime without CUDA",
+)
+def test_a_gpu_session_onnxruntime_made_on_the_cpu_is_refused() -> None:
+    # Asked for CUDA it does not have, onnxruntime only logs a warning and makes a CPU session:
+    # a KIND_GPU instance must not take it.
+    asked = [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
+    session = ort.InferenceSession(
+        str(BUNDLED_REPOSITORY / "simple" / "1" / "model.onnx"), providers=asked
+    )
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    with pytest.raises(ServeError, match="CUDAExecutionProvider") as error:
+        require_gpu_session(session, asked, "simple_0")
+    assert "simple_0: KIND_GPU" in error.value.message
+    assert "not run on the CPU instead" in error.value.message
+
+
+def test_a_gpu_session_keeps_its_providers() -> None:
+    class Session:
+        def __init__(self, providers: list[str]) -> None:
+            self.providers = providers
+            self.fallback = True
+
+        def get_providers(self) -> list[str]:
+            return self.providers
+
+        def disable_fallback(self) -> None:
+            self.fallback = False
+
+    asked: list[tuple[str, dict[str, str]] | str] = [
+        ("TensorrtExecutionProvider", {}),
+        ("CUDAExecutionProvider", {}),
+        "CPUExecutionProvider",
+    ]
+    on_gpu = Session(["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    require_gpu_session(on_gpu, asked, "m_0")
+    assert on_gpu.fallback is False  # a failing GPU run is an error, not a CPU run
+    without_tensorrt = Session(["CUDAExecutionProvider", "CPUExecutionProvider"])
+    with pytest.raises(ServeError, match="without TensorrtExecutionProvider"):
+        require_gpu_session(without_tensorrt, asked, "m_0")
+    assert without_tensorrt.fallback is True

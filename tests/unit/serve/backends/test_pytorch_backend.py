@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,9 @@ pytest.importorskip("torch")
 
 import torch
 
+from serve.api import open_torchscript
 from serve.backends.pytorch import PyTorchBackend, PyTorchInstance
+from serve.backends.pytorch_options import TorchOptions
 
 # torch 2.9+ deprecates TorchScript; Triton's pytorch backend serves it all the same.
 pytestmark = pytest.mark.filterwarnings(r"ignore:`torch\.jit\.:DeprecationWarning")
@@ -301,6 +304,48 @@ def test_bad_parameter_value_names_the_parameter(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match="INFERENCE_MODE") as error:
         instance.load()
     assert error.value.kind is ErrorKind.UNAVAILABLE
+
+
+def test_gpu_parameters_are_read_and_the_ignored_ones_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    extra = """
+    parameters { key: "DISABLE_CUDNN" value: { string_value: "true" } }
+    parameters { key: "ENABLE_CACHE_CLEANING" value: { string_value: "true" } }
+    parameters { key: "ENABLE_WEIGHT_SHARING" value: { string_value: "true" } }
+    parameters { key: "ENABLE_NVFUSER" value: { string_value: "true" } }
+    parameters { key: "MY_OWN_SETTING" value: { string_value: "x" } }
+    """
+    config = ONE_IN_ONE_OUT.format(name="sqrt", max_batch_size=4, extra=extra)
+    options = TorchOptions.from_config(text_format.Parse(config, mc.ModelConfig()))
+    assert options.cudnn is False and options.cache_cleaning is True
+    instance = make_instance(tmp_path, RejectNegative(), config)
+    with caplog.at_level(logging.WARNING, logger="serve.backends.pytorch"):
+        instance.load()
+    warned = "\n".join(record.getMessage() for record in caplog.records)
+    for name in ("ENABLE_WEIGHT_SHARING", "ENABLE_NVFUSER"):
+        assert f"sqrt_0: parameter {name}: " in warned and "ignored" in warned
+    # On a CPU instance the GPU ones do nothing, and say so; a parameter Triton does not
+    # know is the model's own business.
+    assert "DISABLE_CUDNN has no effect on a CPU instance" in warned
+    assert "ENABLE_CACHE_CLEANING has no effect on a CPU instance" in warned
+    assert "MY_OWN_SETTING" not in warned
+    x = np.abs(rows(2, 1))
+    (result,) = instance.execute([request("sqrt", INPUT__0=x)], BatchTimes())
+    np.testing.assert_allclose(ok(result)["OUTPUT__0"], np.sqrt(x), rtol=1e-6)
+
+
+def test_a_runner_runs_the_model_as_the_backend_does(tmp_path: Path) -> None:
+    module = torch.jit.script(AddSub())
+    path = tmp_path / "model.pt"
+    torch.jit.save(module, str(path))
+    config = text_format.Parse(ADD_SUB_CONFIG, mc.ModelConfig())
+    runner = open_torchscript(config, path)
+    x, y = rows(3, 1), rows(3, 2)
+    outputs = runner.run({"INPUT__0": x, "INPUT__1": y})
+    runner.close()
+    np.testing.assert_allclose(outputs["OUTPUT__0"], x + y, rtol=1e-6)
+    np.testing.assert_allclose(outputs["OUTPUT__1"], x - y, rtol=1e-6)
 
 
 def test_autocomplete_requires_declared_io() -> None:

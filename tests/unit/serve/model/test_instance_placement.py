@@ -85,6 +85,15 @@ def test_a_listed_gpu_the_machine_lacks_is_named() -> None:
     assert "GPUs visible: [0, 1]" in info.value.message
 
 
+def test_a_listed_gpu_is_checked_before_the_backend_can_use_gpus() -> None:
+    # onnxruntime without CUDA on a machine with one GPU: the listed GPU it lacks is the
+    # error (the other would hide it, as on the H200 without onnxruntime-gpu).
+    cpu_ort = _platform(1, ("CPUExecutionProvider",))
+    with pytest.raises(ServeError) as info:
+        _plan("instance_group [{ kind: KIND_GPU gpus: [3] }]", cpu_ort)
+    assert "instance_group[0].gpus lists [3]" in info.value.message
+
+
 def test_a_torchscript_model_is_on_the_gpu_where_torch_has_cuda() -> None:
     import torch
 
