@@ -160,28 +160,13 @@ class HttpClient:
     ) -> None:
         """The shared-memory extension: register the POSIX region `key` as `name`."""
         body = orjson.dumps({"key": key, "offset": offset, "byte_size": byte_size})
-        path = f"/v2/systemsharedmemory/region/{_quote(name)}/register"
-        status, answer = await self.request("POST", path, body)
-        if status != 200:
-            raise ClientError(
-                f"the server at {self.endpoint.address} refused to register system shared memory"
-                f" region '{name}' (key {key}): {error_message(status, answer)}",
-                status,
-            )
+        await self._register_region(
+            "systemsharedmemory", f"system shared memory region '{name}' (key {key})", name, body
+        )
 
     async def unregister_system_shared_memory(self, name: str = "") -> None:
         """Unregister the region `name` (every system region for "")."""
-        region = f"/region/{_quote(name)}" if name else ""
-        status, answer = await self.request(
-            "POST", f"/v2/systemsharedmemory{region}/unregister", b"{}"
-        )
-        if status != 200:
-            what = f"region '{name}'" if name else "the regions"
-            raise ClientError(
-                f"the server at {self.endpoint.address} refused to unregister system shared"
-                f" memory {what}: {error_message(status, answer)}",
-                status,
-            )
+        await self._unregister_regions("systemsharedmemory", "system", name)
 
     async def register_cuda_shared_memory(
         self, name: str, raw_handle: bytes, device_id: int, byte_size: int
@@ -190,25 +175,31 @@ class HttpClient:
         is `raw_handle` (its base64, as tritonclient's get_raw_handle gives it) as `name`."""
         handle = {"b64": raw_handle.decode()}
         body = orjson.dumps({"raw_handle": handle, "device_id": device_id, "byte_size": byte_size})
-        path = f"/v2/cudasharedmemory/region/{_quote(name)}/register"
-        status, answer = await self.request("POST", path, body)
-        if status != 200:
-            raise ClientError(
-                f"the server at {self.endpoint.address} refused to register CUDA shared memory"
-                f" region '{name}': {error_message(status, answer)}",
-                status,
-            )
+        await self._register_region(
+            "cudasharedmemory", f"CUDA shared memory region '{name}'", name, body
+        )
 
     async def unregister_cuda_shared_memory(self, name: str = "") -> None:
         """Unregister the CUDA region `name` (every CUDA region for "")."""
+        await self._unregister_regions("cudasharedmemory", "CUDA", name)
+
+    async def _register_region(self, route: str, what: str, name: str, body: bytes) -> None:
+        path = f"/v2/{route}/region/{_quote(name)}/register"
+        status, answer = await self.request("POST", path, body)
+        if status != 200:
+            raise ClientError(
+                f"the server at {self.endpoint.address} refused to register {what}: "
+                f"{error_message(status, answer)}",
+                status,
+            )
+
+    async def _unregister_regions(self, route: str, kind: str, name: str) -> None:
         region = f"/region/{_quote(name)}" if name else ""
-        status, answer = await self.request(
-            "POST", f"/v2/cudasharedmemory{region}/unregister", b"{}"
-        )
+        status, answer = await self.request("POST", f"/v2/{route}{region}/unregister", b"{}")
         if status != 200:
             what = f"region '{name}'" if name else "the regions"
             raise ClientError(
-                f"the server at {self.endpoint.address} refused to unregister CUDA shared"
+                f"the server at {self.endpoint.address} refused to unregister {kind} shared"
                 f" memory {what}: {error_message(status, answer)}",
                 status,
             )
