@@ -59,7 +59,10 @@ def test_accuracy_guard_excludes_int8_and_admits_fp16(
         return trial["candidate"]["precision"] if trial["candidate"] else ""
 
     # Excluded before the search: int8 is not even a point of the space.
-    assert any(line.startswith("precision: fp32, fp16") for line in summary["space"])
+    assert any(
+        line.startswith("precision (") and line.endswith("): fp32, fp16")
+        for line in summary["space"]
+    )
     assert not any("int8" in line for line in summary["space"])
     assert not [t for t in summary["trials"] if precision(t) == "int8"]
     fp16_trials = [t for t in summary["trials"] if precision(t) == "fp16"]
