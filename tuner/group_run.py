@@ -130,7 +130,7 @@ class GroupEvaluator:
         try:
             self.load(candidate)
         except ServerError as exc:
-            return TrialOutcome.failed(str(exc))
+            return TrialOutcome("pruned", message=str(exc))
         outcome, self.last_measurement = self._group.measure(
             self._server, self._members, self._settings, context
         )
@@ -173,7 +173,8 @@ def tune_group(
         folders = [m.opened.path for m in members]
         first, others = (group.front, folders) if group.front else (folders[0], folders[1:])
         failure_log = report_folder / "server-start.log"
-        with tuning_server(first, work_dir, failure_log, others) as server:
+        with tuning_server(first, work_dir, failure_log, others, options.server) as server:
+            server_info = server.describe()
             add_variants(server, members)
             evaluation = options.evaluation
             if group.settings_for is not None:
@@ -200,6 +201,7 @@ def tune_group(
     gpu = any("KIND_GPU" in step.kinds for step in space.steps)
     summary = joint_summary(options, name, platform, result, members, space.describe(), gpu)
     summary = group.summary_extra(with_remeasure(summary, remeasured))
+    summary = replace(summary, server=server_info)
     best = summary.best.candidate if summary.best is not None else None
     summary = with_best(options, summary, members, best, group.front)
     write_model_report(summary, report_folder)

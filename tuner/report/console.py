@@ -40,6 +40,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     for label, trial in (("as written", summary.as_written), ("best", summary.best)):
         table.add_row(label, *_row(summary, trial), style="bold" if label == "best" else None)
     console.print(table)
+    if summary.server is not None:
+        console.print(f"  measured on {escape(summary.server.describe())}")
     print_remeasure(summary, console)
     print_group(group_table(summary), console)
     best, as_written = _throughput(summary.best), _throughput(summary.as_written)

@@ -21,6 +21,7 @@ def summary_section(summary: ModelSummary) -> str:
         ("Model", summary.model),
         ("Budget", summary.budget),
         ("Platform", summary.platform),
+        ("Server", summary.server),
         ("Study", summary.study),
         ("Trials", f"{len(trials)} ({feasible} feasible); {summary.run.stop_reason}"),
     ]
