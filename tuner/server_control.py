@@ -31,6 +31,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 from tritonclient.grpc import model_config_pb2 as mc
@@ -91,7 +92,8 @@ class TuningServer:
         self._grpc_url = ""
         self._file_overrides: dict[str, dict[str, Path]] = {}  # remote: model -> files
         self._found: dict[str, bool] = {}  # remote: model -> loaded when the run began
-        self._touched: set[str] = set()  # remote: the models this run loaded
+        # remote: each model the run loaded -> its config as found (None: it was not loaded)
+        self._as_found: dict[str, dict[str, Any] | None] = {}
         self.metrics_url = ""
         self._link_model(self._source, keep_config=bool(composing))
         for source in composing:
@@ -241,7 +243,8 @@ class TuningServer:
                 for relative, path in self._file_overrides.get(name, {}).items()
                 if used and relative.endswith("/" + used)
             }
-        self._touched.add(name)
+        if self.choice.remote:
+            self._note_as_found(name)
         try:
             BlockingClient(self.url, timeout_s=LOAD_TIMEOUT_S).load_model(name, parameters)
         except ClientError as exc:
@@ -266,6 +269,20 @@ class TuningServer:
             launch=kind,
         )
 
+    def _note_as_found(self, model: str) -> None:
+        """Before the run first loads `model` on a remote server: the config it is served
+        with now (None when it is not loaded), to put back at the end."""
+        if model in self._as_found:
+            return
+        client = BlockingClient(self.url, timeout_s=LOAD_TIMEOUT_S)
+        config = None
+        if self._found.get(model, False):
+            try:
+                config = client.model_config(model)
+            except ClientError as exc:
+                raise ServerError(f"the server did not give {model}'s config: {exc}") from None
+        self._as_found[model] = config
+
     def restore(self) -> None:
         """A remote server: each model the run loaded put back as it was found (loaded from
         the server's own repository, or unloaded). Errors are reported, not raised: the run
@@ -273,15 +290,16 @@ class TuningServer:
         if not self.choice.remote:
             return
         client = BlockingClient(self.url, timeout_s=LOAD_TIMEOUT_S)
-        for model in self._touched:
+        for model, config in self._as_found.items():
             try:
-                if self._found.get(model, False):
-                    client.load_model(model)
+                if config is not None:
+                    # A plain load would keep the last override: the config it had, given.
+                    client.load_model(model, {"config": json.dumps(config)})
                 else:
                     client.unload_model(model)
             except ClientError as exc:
                 _log.error("%s could not be put back as it was on %s: %s", model, self.url, exc)
-        self._touched.clear()
+        self._as_found.clear()
 
     def stop(self) -> None:
         self.restore()

@@ -20,11 +20,12 @@ from common.serve_process import log_tail
 from common.tied_child import tied_command
 from protocol.client import BlockingClient
 from protocol.errors import ClientError
+from tuner.errors import TunerError
 
 STOP_TIMEOUT_S = 30.0
 
 
-class TritonStartError(RuntimeError):
+class TritonStartError(TunerError):
     """tritonserver did not start; the message says why (with its log's last line)."""
 
 
