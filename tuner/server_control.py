@@ -183,6 +183,12 @@ class TuningServer:
         self.metrics_url = self.choice.metrics_url
         client = BlockingClient(self.url, timeout_s=LOAD_TIMEOUT_S)
         try:
+            extensions = client.server_metadata().get("extensions") or []
+            if "model_repository" not in extensions:
+                raise ServerError(
+                    f"the server at {self.url} has no model_repository extension: "
+                    "candidates cannot be loaded into it"
+                )
             index = client.repository_index()
         except ClientError as exc:
             raise ServerError(f"the server at {self.url} did not answer: {exc}") from None
