@@ -70,6 +70,27 @@ def _tune(cwd: Path, *args: str, timeout_s: float = 300) -> subprocess.Completed
     )
 
 
+def _tune_on_triton(
+    cwd: Path, repository: Path, reports: Path, *more: str
+) -> subprocess.CompletedProcess[str]:
+    """Three short trials of add_sub_py on a private tritonserver 2.51."""
+    return _tune(
+        cwd,
+        *SHORT,
+        "--trials",
+        "3",
+        "--model-repository",
+        str(repository),
+        "--report-dir",
+        str(reports),
+        "--server",
+        "tritonserver",
+        "--tritonserver",
+        str(tritonserver_path()),
+        *more,
+    )
+
+
 def _no_tritonserver_under(folder: Path) -> list[str]:
     left = []
     for process in psutil.process_iter(["cmdline"]):
@@ -95,20 +116,7 @@ def test_tuning_on_a_private_tritonserver_writes_a_config_triton_serves(
 ) -> None:
     repository = repository_with("add_sub_py")
     reports = tmp_path / "reports"
-    run = _tune(
-        tmp_path,
-        *SHORT,
-        "--trials",
-        "3",
-        "--model-repository",
-        str(repository),
-        "--report-dir",
-        str(reports),
-        "--server",
-        "tritonserver",
-        "--tritonserver",
-        str(tritonserver_path()),
-    )
+    run = _tune_on_triton(tmp_path, repository, reports)
     assert run.returncode == 0, run.stdout + run.stderr
     summary = json.loads((reports / "add_sub_py" / "summary.json").read_text())
     assert summary["server"]["name"] == "triton"
@@ -134,21 +142,7 @@ def test_a_candidate_triton_refuses_is_pruned_with_its_message(
     repository = repository_with("add_sub_py")
     (repository / "add_sub_py" / "1" / "model.py").write_text(REFUSING_MODEL)
     reports = tmp_path / "reports"
-    run = _tune(
-        tmp_path,
-        *SHORT,
-        "--trials",
-        "3",
-        "--dry-run",
-        "--model-repository",
-        str(repository),
-        "--report-dir",
-        str(reports),
-        "--server",
-        "tritonserver",
-        "--tritonserver",
-        str(tritonserver_path()),
-    )
+    run = _tune_on_triton(tmp_path, repository, reports, "--dry-run")
     assert run.returncode == 0, run.stdout + run.stderr
     trials = json.loads((reports / "add_sub_py" / "summary.json").read_text())["trials"]
     refused = [t for t in trials if "refuses a second instance" in t["outcome"]["message"]]
