@@ -2,6 +2,8 @@
 # Everything the tests need, on a fresh machine (each step does nothing when it is done already):
 #   1. the project with its `test` extra (torch pinned so pip takes the CPU wheel);
 #   2. NVIDIA's perf_analyzer 2.51 under .cache/perf_analyzer (scripts/install_perf_analyzer.sh);
+#   2b. tritonserver 2.51 (CPU, python backend) under .cache/triton-peer
+#      (scripts/install_triton_peer.sh): the tuner's tests on Triton tune python models there;
 #   3. Debian's chromium and chromium-driver for the HTML report tests, when they are missing;
 #   4. Debian's postgresql for the several-workers test (scripts/postgres.sh), when it is missing.
 # Installs into the Python that runs it (`python3`, or $PYTHON); needs root (or sudo) only when
@@ -19,6 +21,9 @@ log "installing the project with its test extra"
 
 log "installing perf_analyzer"
 PYTHON="$PYTHON" bash scripts/install_perf_analyzer.sh >/dev/null
+
+log "installing tritonserver 2.51"
+PYTHON="$PYTHON" bash scripts/install_triton_peer.sh >/dev/null
 
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
     as_root=()

@@ -241,6 +241,36 @@ class _LazyGroup(click.Group):
     show_default=True,
     help="Interleaved rounds of the re-measure (windows twice --measurement-interval).",
 )
+@click.option(
+    "--server",
+    type=click.Choice(["autotune", "tritonserver"]),
+    help="The server each trial measures: a private `autotune serve` (default) or a private "
+    "tritonserver per worker (explicit model control, free loopback ports, its log in the "
+    "report folder).",
+)
+@click.option(
+    "--tritonserver",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The tritonserver executable for --server tritonserver (default: the one on PATH).",
+)
+@click.option(
+    "--server-arg",
+    "server_args",
+    multiple=True,
+    help="A flag passed through to the private tritonserver, e.g. --server-arg=--log-verbose=1 "
+    "(repeatable).",
+)
+@click.option(
+    "--server-url",
+    help="HOST:PORT (HTTP) of a running server in explicit model control to tune on: each "
+    "candidate is loaded with a config override, nothing is written to its disk, and its "
+    "models are put back as they were at the end. Write-back goes to --model-repository.",
+)
+@click.option("--server-grpc-url", help="HOST:PORT of that server's gRPC endpoint (for -i grpc).")
+@click.option(
+    "--server-metrics-url",
+    help="HOST:PORT of that server's metrics endpoint: its GPUs (nv_gpu_*) decide the space.",
+)
 @click.option("--storage", help="Optuna storage URL (default: sqlite in the report folder).")
 @click.option("--study-name", help="Study name (default: from the model and the budget).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -278,6 +308,12 @@ def main(
     protocol: str,
     remeasure_top: int,
     remeasure_repeats: int,
+    server: str | None,
+    tritonserver: Path | None,
+    server_args: tuple[str, ...],
+    server_url: str | None,
+    server_grpc_url: str | None,
+    server_metrics_url: str | None,
     storage: str | None,
     study_name: str | None,
     seed: int,
@@ -308,7 +344,15 @@ def main(
     from tuner.evaluate import TRIAL_MEASUREMENT, EvaluationSettings
     from tuner.remeasure import RemeasureSettings
     from tuner.run import TuneOptions
+    from tuner.server_target import ServerChoice, ServerChoiceError
     from tuner.tune_command import run_tuning
+
+    try:
+        choice = ServerChoice.from_flags(
+            server, tritonserver, server_args, server_url, server_grpc_url, server_metrics_url
+        )
+    except ServerChoiceError as exc:
+        raise click.UsageError(str(exc)) from None
 
     if max_gpu_memory is not None:
         from serve.api import detect_platform
@@ -344,6 +388,7 @@ def main(
         remeasure=RemeasureSettings.for_trial_interval(
             remeasure_top, remeasure_repeats, measurement_interval
         ),
+        server=choice,
     )
     if traffic_mix is not None and models:
         raise click.UsageError("give either -m/--model or --traffic-mix (its models are tuned)")

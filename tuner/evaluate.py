@@ -113,7 +113,8 @@ class TrialEvaluator:
         try:
             self._server.load(self.config_for(candidate))
         except ServerError as exc:
-            return self._told_crash(TrialOutcome.failed(f"the server refused the config: {exc}"))
+            refused = TrialOutcome("pruned", message=f"the server refused the config: {exc}")
+            return self._told_crash(refused)
         loaded_s = time.perf_counter() - began
         outcome = self.measure(context)
         if outcome.status == "failed":

@@ -34,7 +34,7 @@ from tuner.candidate import (
 )
 from tuner.errors import TunerError
 from tuner.pipeline_space import MAX_GRID_POINTS, PipelineGridError, PipelineSpace
-from tuner.space import Chooser, snapping
+from tuner.space import Chooser, replayed_params, snapping
 
 
 class MixSpaceError(TunerError):
@@ -79,21 +79,7 @@ class MixSpace(PipelineSpace):
     def params_for(self, candidate: Candidate) -> dict[str, ParamValue]:
         """The Optuna parameters of `candidate`; ValueError when it is not a point of the
         mix's space (a model's part outside its space, or more cores than the machine)."""
-        params: dict[str, ParamValue] = {}
-
-        def choose(field: str, name: str, choices: Sequence[ParamValue]) -> ParamValue:
-            value = candidate.get(field)
-            if value not in choices:
-                raise ValueError(
-                    f"{candidate.key}: {field}={value!r} is not in the space of "
-                    f"'{self.model_name}' on {self.cores} cores (choices: {list(choices)})"
-                )
-            params[name] = value
-            return value
-
-        if self.walk(choose) != candidate:
-            raise ValueError(f"{candidate.key}: not a candidate of '{self.model_name}'")
-        return params
+        return replayed_params(self.walk, candidate, f"'{self.model_name}' on {self.cores} cores")
 
     @property
     def size(self) -> int:
@@ -139,6 +125,9 @@ class MixSpace(PipelineSpace):
         """The models' own starting points together, each fitted into the cores."""
         fitted = [self.walk(snapping(dict(prior))) for prior in super().prior_candidates()]
         return list(dict.fromkeys(fitted))
+
+    def describe_sizes(self) -> str:
+        return f"{super().describe_sizes()}, instances x threads within {self.cores} cores"
 
     def describe(self) -> list[str]:
         lines = super().describe()

@@ -18,7 +18,7 @@ from typing import Any
 
 from tuner.candidate import Candidate, ParamValue, join_steps, qualified, step_candidate
 from tuner.errors import TunerError
-from tuner.space import Chooser, SearchSpace, SuggestingTrial
+from tuner.space import Chooser, SearchSpace, SuggestingTrial, contains
 
 # An exhaustive grid over several models multiplies their sizes: beyond this many points
 # `--search grid` is refused for a pipeline (Optuna's search is the way there).
@@ -77,11 +77,7 @@ class PipelineSpace:
         return params
 
     def __contains__(self, candidate: object) -> bool:
-        if not isinstance(candidate, Candidate):
-            return False
-        try:
-            self.params_for(candidate)
-        except ValueError:
+        if not isinstance(candidate, Candidate) or not contains(self, candidate):
             return False
         return self._split(candidate) == candidate
 
@@ -140,6 +136,10 @@ class PipelineSpace:
             for i in range(longest)
         ]
         return list(dict.fromkeys(joint))
+
+    def describe_sizes(self) -> str:
+        """Each step's size, named after its model ("digits 12 x add_sub_py 4")."""
+        return " x ".join(f"{s.model_name} {s.size}" for s in self.steps)
 
     def describe(self) -> list[str]:
         """Each step's lines, prefixed with its model, then the joint size."""

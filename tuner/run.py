@@ -38,6 +38,7 @@ from tuner.run_schema import ConfigChange, PlatformInfo, RunSummary, WrittenFile
 from tuner.search import run_search
 from tuner.search_types import ProgressEvent, SearchResult, SearchSettings
 from tuner.server_control import tuning_server
+from tuner.server_target import ServerChoice
 from tuner.space import Platform, SearchSpace, SpaceOptions, build_space
 from tuner.writeback import copy_model_dir, write_back
 
@@ -71,6 +72,7 @@ class TuneOptions:
     space: SpaceOptions = field(default_factory=SpaceOptions)  # narrows the search space
     # The top candidates measured again before the write (top 0: not at all).
     remeasure: RemeasureSettings = field(default_factory=RemeasureSettings)
+    server: ServerChoice = field(default_factory=ServerChoice)  # the server trials measure
 
 
 @dataclass(slots=True)
@@ -210,7 +212,8 @@ def tune_model(
     work_dir = Path(tempfile.mkdtemp(prefix="autotune-", dir=report_folder))
     try:
         failure_log = report_folder / "server-start.log"
-        with tuning_server(model_dir, work_dir, failure_log) as server:
+        with tuning_server(model_dir, work_dir, failure_log, choice=options.server) as server:
+            server_info = server.describe()
             by_precision = {v.precision: v for v in variants}
             for variant in variants:
                 if variant.model_path is not None and variant.precision != "fp32":
@@ -247,7 +250,7 @@ def tune_model(
         validation_source=next((v.accuracy.source for v in variants if v.accuracy), ""),
         space=space.describe(),
     )
-    summary = with_remeasure(summary, remeasured)
+    summary = replace(with_remeasure(summary, remeasured), server=server_info)
     if summary.best is not None and summary.best.candidate is not None:
         best = summary.best.candidate
         tuned = apply(best, config)

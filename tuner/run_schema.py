@@ -245,6 +245,38 @@ def trial_from_json(data: Mapping[str, Any]) -> TrialRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """The server the trials measured: its name and version (its metadata), its address, and
+    how the run had it ("private": started by the run; "remote": someone else's)."""
+
+    name: str
+    version: str
+    address: str
+    launch: str = "private"
+
+    def describe(self) -> str:
+        """E.g. 'triton 2.51.0 (private, 127.0.0.1:8000)'."""
+        return f"{self.name} {self.version}".strip() + f" ({self.launch}, {self.address})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "address": self.address,
+            "launch": self.launch,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ServerInfo:
+        return cls(
+            str(data.get("name", "")),
+            str(data.get("version", "")),
+            str(data.get("address", "")),
+            str(data.get("launch", "private")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """One model's tuning run: the budget, every trial, trial 0 as written (the config
     exactly as written, `as_written_config`), the best (None when no configuration met the
@@ -275,6 +307,7 @@ class RunSummary:
     # The top candidates re-measured before the write: `best` is then its winner (None when
     # none held the budget) and the best's and the as-written's figures its medians.
     remeasure: RemeasureResult | None = None
+    server: ServerInfo | None = None  # the server tuned (None: a summary from before)
     schema_version: ClassVar[int] = SCHEMA_VERSION
 
     @property
@@ -321,6 +354,7 @@ class RunSummary:
             "pipeline": [step.to_json() for step in self.pipeline],
             "traffic_mix": dict(self.traffic_mix),
             "remeasure": None if self.remeasure is None else self.remeasure.to_json(),
+            "server": None if self.server is None else self.server.to_json(),
         }
 
     @classmethod
@@ -372,6 +406,7 @@ class RunSummary:
                 for model, share in dict(data.get("traffic_mix") or {}).items()
             ),
             remeasure=RemeasureResult.from_json(remeasure) if remeasure else None,
+            server=ServerInfo.from_json(data["server"]) if data.get("server") else None,
         )
 
 

@@ -233,30 +233,10 @@ class SearchSpace:
     def params_for(self, candidate: Candidate) -> dict[str, ParamValue]:
         """The Optuna parameters `suggest` would record for `candidate` (for enqueue_trial);
         ValueError when the candidate is not in this space."""
-        params: dict[str, ParamValue] = {}
-
-        def choose(field_name: str, name: str, choices: Sequence[ParamValue]) -> ParamValue:
-            value = candidate.get(field_name)
-            if value not in choices:
-                raise ValueError(
-                    f"{candidate.key}: {field_name}={value!r} is not in the space of "
-                    f"'{self.model_name}' (choices: {list(choices)})"
-                )
-            params[name] = value
-            return value
-
-        if self.walk(choose) != candidate:
-            raise ValueError(f"{candidate.key}: not a candidate of '{self.model_name}'")
-        return params
+        return replayed_params(self.walk, candidate, self.model_name)
 
     def __contains__(self, candidate: object) -> bool:
-        if not isinstance(candidate, Candidate):
-            return False
-        try:
-            self.params_for(candidate)
-        except ValueError:
-            return False
-        return True
+        return contains(self, candidate)
 
     @functools.cached_property
     def _grid(self) -> tuple[Candidate, ...]:
@@ -398,6 +378,40 @@ class Space(Protocol):
     def grid_points(self) -> tuple[Candidate, ...]: ...
 
     def describe(self) -> list[str]: ...
+
+
+def replayed_params(
+    walk: Callable[[Chooser], Candidate], candidate: Candidate, model: str, where: str = ""
+) -> dict[str, ParamValue]:
+    """The Optuna parameters a walk records for `candidate`, replayed from its values;
+    ValueError naming the value outside the space of `model` (`where`: on what, say), or
+    saying the walk does not give `candidate` back."""
+    params: dict[str, ParamValue] = {}
+
+    def choose(field_name: str, name: str, choices: Sequence[ParamValue]) -> ParamValue:
+        value = candidate.get(field_name)
+        if value not in choices:
+            raise ValueError(
+                f"{candidate.key}: {field_name}={value!r} is not in the space of '{model}'{where} "
+                f"(choices: {list(choices)})"
+            )
+        params[name] = value
+        return value
+
+    if walk(choose) != candidate:
+        raise ValueError(f"{candidate.key}: not a candidate of '{model}'")
+    return params
+
+
+def contains(space: Space, candidate: object) -> bool:
+    """Whether `candidate` is a point of `space` (its parameters replay)."""
+    if not isinstance(candidate, Candidate):
+        return False
+    try:
+        space.params_for(candidate)
+    except ValueError:
+        return False
+    return True
 
 
 def grid(space: Space) -> list[Candidate]:

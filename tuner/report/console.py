@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.report.mix import print_mix
-from tuner.report.pipeline import print_pipeline
+from tuner.report.group import print_group
+from tuner.report.group_view import group_table
 from tuner.report.remeasure import latency_text, print_remeasure, throughput_text
 from tuner.run_schema import RunSummary
 from tuner.search_types import TrialRecord
@@ -40,9 +40,10 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     for label, trial in (("as written", summary.as_written), ("best", summary.best)):
         table.add_row(label, *_row(summary, trial), style="bold" if label == "best" else None)
     console.print(table)
+    if summary.server is not None:
+        console.print(f"  measured on {escape(summary.server.describe())}")
     print_remeasure(summary, console)
-    print_pipeline(summary, console)
-    print_mix(summary, console)
+    print_group(group_table(summary), console)
     best, as_written = _throughput(summary.best), _throughput(summary.as_written)
     if best and as_written:
         console.print(f"  best / as written throughput: [bold]{best / as_written:.2f}x")

@@ -5,14 +5,10 @@ every model at its share of the best total rate)."""
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
-from common.html_page import Cell, note, number, table
+from common.html_page import Cell
+from tuner.report.group import GroupCell, GroupTable, code_cell, finite, number_cell, text_cell
 from tuner.run_schema import RunSummary
 
 MIX_PREFIX = "mix."  # as tuner.mix_evaluate.mix_metric names them
@@ -38,7 +34,7 @@ def mix_models(summary: RunSummary) -> list[MixModelView]:
     percentile = summary.budget.percentile
 
     def metric(model: str, name: str) -> float | None:
-        return _finite(metrics.get(f"{MIX_PREFIX}{model}.{name}"))
+        return finite(metrics.get(f"{MIX_PREFIX}{model}.{name}"))
 
     return [
         MixModelView(
@@ -55,54 +51,22 @@ def mix_models(summary: RunSummary) -> list[MixModelView]:
 
 def total_rate(summary: RunSummary) -> float | None:
     best = summary.best.outcome if summary.best is not None else None
-    return _finite(best.metrics.get("request_rate")) if best is not None else None
+    return finite(best.metrics.get("request_rate")) if best is not None else None
 
 
-def print_mix(summary: RunSummary, console: Console) -> None:
-    """The mix's table in the terminal (nothing for a model or a pipeline)."""
+def mix_table(summary: RunSummary) -> GroupTable | None:
+    """The mix's table (None for a model or a pipeline)."""
     if not summary.traffic_mix:
-        return
+        return None
     percentile = summary.budget.percentile
-    table_ = Table(title=f"traffic mix {escape(summary.model)}", title_justify="left")
-    for column in ("model", "share", "best config", "infer/s", f"p{percentile} ms", "rate/s"):
-        table_.add_column(column, justify="left" if column in ("model", "best config") else "right")
-    for view in mix_models(summary):
-        table_.add_row(
-            escape(view.model),
-            f"{100 * view.share:.4g}%",
-            escape(view.best or "-"),
-            _fixed(view.throughput, 1),
-            _fixed(None if view.latency_us is None else view.latency_us / 1000, 2),
-            _fixed(view.request_rate, 1),
-        )
-    console.print(table_)
     rate = total_rate(summary)
+    console_note = None
     if rate is not None:
-        console.print(
+        console_note = (
             f"  measured all at once at a total of {rate:g} requests/s, each model at its "
             f"share; every model within {summary.budget.describe()}"
         )
-
-
-def mix_html(summary: RunSummary, anchor: str) -> str:
-    """The mix's table for the HTML report ("" for a model or a pipeline)."""
-    if not summary.traffic_mix:
-        return ""
-    percentile = summary.budget.percentile
-    rows: list[list[Cell | str]] = [
-        [
-            Cell(f"<code>{html.escape(view.model)}</code>", raw=True),
-            Cell(f"{100 * view.share:.4g}%", view.share, numeric=True),
-            Cell(view.best or "-"),
-            number(view.throughput, 1),
-            number(view.latency_us, 2, 1000),
-            number(view.request_rate, 1),
-        ]
-        for view in mix_models(summary)
-    ]
-    headers = ["Model", "Share", "Best config", "Infer/s", f"p{percentile} ms", "Rate /s"]
-    rate = total_rate(summary)
-    text = (
+    html_note = (
         f"Measured all at once at a total of {rate:g} requests/s (the highest total rate at "
         f"which every model stayed within {summary.budget.describe()}), each "
         "model sent its share of it."
@@ -110,16 +74,32 @@ def mix_html(summary: RunSummary, anchor: str) -> str:
         else "No configuration met the budget under the mix: no figures."
     )
     models = ", ".join(html.escape(model) for model, _ in summary.traffic_mix)
-    return (
-        f"<h3>Traffic mix: {models}</h3>"
-        + table(headers, rows, css_id=f"{anchor}-mix")
-        + note(text)
+    return GroupTable(
+        console_title=f"traffic mix {summary.model}",
+        html_title=f"Traffic mix: {models}",
+        css_name="mix",
+        columns=(
+            ("model", "Model", True),
+            ("share", "Share", False),
+            ("best config", "Best config", True),
+            ("infer/s", "Infer/s", False),
+            (f"p{percentile} ms", f"p{percentile} ms", False),
+            ("rate/s", "Rate /s", False),
+        ),
+        rows=tuple(
+            (
+                code_cell(view.model),
+                GroupCell(
+                    f"{100 * view.share:.4g}%",
+                    Cell(f"{100 * view.share:.4g}%", view.share, numeric=True),
+                ),
+                text_cell(view.best or "-"),
+                number_cell(view.throughput, 1),
+                number_cell(view.latency_us, 2, 1000),
+                number_cell(view.request_rate, 1),
+            )
+            for view in mix_models(summary)
+        ),
+        console_note=console_note,
+        html_note=html_note,
     )
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _fixed(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"

@@ -6,14 +6,10 @@ against the average end-to-end latency the client saw there)."""
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
-from common.html_page import Cell, note, number, table
+from common.html_page import Cell, number
+from tuner.report.group import GroupCell, GroupTable, code_cell, finite, number_cell, text_cell
 from tuner.run_schema import RunSummary
 
 STEP_PREFIX = "step."  # as tuner.evaluate.step_metrics names them
@@ -40,11 +36,11 @@ def step_shares(summary: RunSummary) -> list[StepShare]:
     has no server-side breakdown of that step."""
     best = summary.best.outcome if summary.best is not None else None
     metrics = dict(best.metrics) if best is not None else {}
-    end_to_end = _finite(metrics.get("avg_us"))
+    end_to_end = finite(metrics.get("avg_us"))
     shares = []
     for index, step in enumerate(summary.pipeline):
-        queue = _finite(metrics.get(f"{STEP_PREFIX}{step.model}.queue_us"))
-        compute = _finite(metrics.get(f"{STEP_PREFIX}{step.model}.compute_us"))
+        queue = finite(metrics.get(f"{STEP_PREFIX}{step.model}.queue_us"))
+        compute = finite(metrics.get(f"{STEP_PREFIX}{step.model}.compute_us"))
         share = None
         if queue is not None and compute is not None and end_to_end:
             share = (queue + compute) / end_to_end
@@ -54,80 +50,57 @@ def step_shares(summary: RunSummary) -> list[StepShare]:
 
 def end_to_end_us(summary: RunSummary) -> float | None:
     best = summary.best.outcome if summary.best is not None else None
-    return _finite(best.metrics.get("avg_us")) if best is not None else None
+    return finite(best.metrics.get("avg_us")) if best is not None else None
 
 
-def print_pipeline(summary: RunSummary, console: Console) -> None:
-    """The pipeline's table in the terminal (nothing for a single model or a traffic mix,
-    whose models tuner/report/mix.py shows)."""
+def pipeline_table(summary: RunSummary) -> GroupTable | None:
+    """The pipeline's table (None for a single model or a traffic mix, whose models
+    tuner/report/mix.py shows)."""
     if not summary.pipeline or summary.traffic_mix:
-        return
+        return None
     steps = step_shares(summary)
-    table_ = Table(
-        title=f"pipeline {escape(summary.model)}: " + " -> ".join(escape(s.model) for s in steps),
-        title_justify="left",
-    )
-    for column in ("step", "model", "best config", "queue ms", "compute ms", "share"):
-        table_.add_column(
-            column, justify="left" if "model" in column or "config" in column else "right"
-        )
-    for step in steps:
-        table_.add_row(
-            str(step.index),
-            escape(step.model),
-            escape(step.best or "-"),
-            _ms(step.queue_us),
-            _ms(step.compute_us),
-            _percent(step.share),
-        )
-    console.print(table_)
     total = end_to_end_us(summary)
+    console_note = None
     if total is not None:
-        console.print(
+        console_note = (
             f"  share: the step's server queue + compute per request vs the end-to-end "
             f"average latency ({total / 1000:.2f} ms) at the best load"
         )
-
-
-def pipeline_html(summary: RunSummary, anchor: str) -> str:
-    """The pipeline's table for the HTML report ("" for a single model or a traffic mix)."""
-    if not summary.pipeline or summary.traffic_mix:
-        return ""
-    steps = step_shares(summary)
-    rows: list[list[Cell | str]] = [
-        [
-            number(step.index, 0),
-            Cell(f"<code>{html.escape(step.model)}</code>", raw=True),
-            Cell(step.best or "-"),
-            number(step.queue_us, 2, 1000),
-            number(step.compute_us, 2, 1000),
-            Cell(_percent(step.share), step.share, numeric=True),
-        ]
-        for step in steps
-    ]
-    headers = ["Step", "Model", "Best config", "Queue ms", "Compute ms", "Share of latency"]
-    total = end_to_end_us(summary)
-    text = (
+    html_note = (
         f"The share is the step's server-side queue + compute per request against the "
         f"end-to-end average latency ({total / 1000:.2f} ms) at the best configuration's load; "
         "the rest is the ensemble's own handling and the network."
         if total is not None
         else "No measurement of the best configuration: no shares."
     )
-    flow = " &rarr; ".join(html.escape(s.model) for s in steps)
-    return (
-        f"<h3>Pipeline: {flow}</h3>"
-        + table(headers, rows, css_id=f"{anchor}-pipeline")
-        + note(text)
+    return GroupTable(
+        console_title=f"pipeline {summary.model}: " + " -> ".join(s.model for s in steps),
+        html_title="Pipeline: " + " &rarr; ".join(html.escape(s.model) for s in steps),
+        css_name="pipeline",
+        columns=(
+            ("step", "Step", False),
+            ("model", "Model", True),
+            ("best config", "Best config", True),
+            ("queue ms", "Queue ms", False),
+            ("compute ms", "Compute ms", False),
+            ("share", "Share of latency", False),
+        ),
+        rows=tuple(
+            (
+                GroupCell(str(step.index), number(step.index, 0)),
+                code_cell(step.model),
+                text_cell(step.best or "-"),
+                number_cell(step.queue_us, 2, 1000),
+                number_cell(step.compute_us, 2, 1000),
+                GroupCell(
+                    _percent(step.share), Cell(_percent(step.share), step.share, numeric=True)
+                ),
+            )
+            for step in steps
+        ),
+        console_note=console_note,
+        html_note=html_note,
     )
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _ms(value_us: float | None) -> str:
-    return "-" if value_us is None else f"{value_us / 1000:.2f}"
 
 
 def _percent(value: float | None) -> str:

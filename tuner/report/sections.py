@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 
 from common.html_page import Cell, definition_list, note, number, table
-from tuner.report.mix import mix_html
-from tuner.report.pipeline import pipeline_html
+from tuner.report.group import group_html
+from tuner.report.group_view import group_table
 from tuner.report.remeasure import latency_text, remeasure_html, throughput_text
 from tuner.report.summary import ModelSummary, TrialView
 from tuner.run_schema import VariantResult
@@ -21,6 +21,7 @@ def summary_section(summary: ModelSummary) -> str:
         ("Model", summary.model),
         ("Budget", summary.budget),
         ("Platform", summary.platform),
+        ("Server", summary.server),
         ("Study", summary.study),
         ("Trials", f"{len(trials)} ({feasible} feasible); {summary.run.stop_reason}"),
     ]
@@ -36,8 +37,7 @@ def summary_section(summary: ModelSummary) -> str:
         )
     )
     parts.append(remeasure_html(summary.run, summary.anchor))
-    parts.append(pipeline_html(summary.run, summary.anchor))
-    parts.append(mix_html(summary.run, summary.anchor))
+    parts.append(group_html(group_table(summary.run), summary.anchor))
     parts.append("<h3>Configuration changes</h3>" + _diff(summary))
     written = summary.written
     if written is not None and written.config:

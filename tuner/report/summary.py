@@ -150,6 +150,11 @@ class ModelSummary:
     def platform(self) -> str:
         return self.run.platform.describe()
 
+    @property
+    def server(self) -> str:
+        """The server tuned ("-" for a summary written before the reports named it)."""
+        return self.run.server.describe() if self.run.server is not None else "-"
+
 
 def load_run(run_dir: Path) -> list[ModelSummary]:
     """The models of a run: `run_dir` is a --report-dir (one folder per model) or one model's
