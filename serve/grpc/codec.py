@@ -4,7 +4,8 @@ An input's data comes either in the request's `raw_input_contents` (one entry pe
 has neither typed contents nor a shared-memory region, in input order: the little-endian,
 row-major bytes; BYTES as 4-byte length-prefixed elements) or in the input's typed `contents`
 field for its datatype (FP16 and BF16 have none: raw only). The two forms are not mixed in one
-request. Raw tensors are `numpy.frombuffer` views of the received bytes: read-only.
+request. Raw tensors are `numpy.frombuffer` views of the received bytes (or of the buffer the
+message was gathered into, when `serve.grpc.raw_contents` took the entries out): read-only.
 
 Responses carry every output in `raw_output_contents`, in output order.
 """
@@ -46,9 +47,12 @@ _INT64_MAX = 2**63 - 1
 ParameterMap = Mapping[str, Any]  # protobuf map<string, InferParameter>
 
 
-def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
-    """The request as an InferRequest; ServeError (invalid) naming the tensor when it is wrong."""
-    raw_contents = message.raw_input_contents
+def decode_infer_request(
+    message: pb.ModelInferRequest, raw: Sequence[bytes | memoryview] | None = None
+) -> InferRequest:
+    """The request as an InferRequest; ServeError (invalid) naming the tensor when it is wrong.
+    `raw`: the raw_input_contents entries when they were taken out of `message`."""
+    raw_contents: Sequence[bytes | memoryview] = message.raw_input_contents if raw is None else raw
     inputs: dict[str, np.ndarray] = {}
     region_inputs: dict[str, tuple[tuple[int, ...], RegionSlice]] = {}
     datatypes: dict[str, str] = {}
@@ -140,12 +144,13 @@ def _datatype_and_shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[
     return datatype, shape
 
 
-def raw_input(name: str, datatype: str, shape: list[int], raw: bytes) -> np.ndarray:
-    """An input from its raw_input_contents entry (a view of `raw`, no copy)."""
+def raw_input(name: str, datatype: str, shape: list[int], raw: bytes | memoryview) -> np.ndarray:
+    """An input from its raw_input_contents entry (a read-only view of `raw`, no copy)."""
     count = math.prod(shape)
     if datatype == "BYTES":
+        data = raw if isinstance(raw, bytes) else bytes(raw)
         try:
-            items = parse_bytes_tensor(raw, 0, len(raw), count, f"input '{name}'")
+            items = parse_bytes_tensor(data, 0, len(data), count, f"input '{name}'")
         except ProtocolError as exc:
             raise ServeError.invalid(str(exc)) from None
         return items.reshape(shape)
@@ -155,7 +160,9 @@ def raw_input(name: str, datatype: str, shape: list[int], raw: bytes) -> np.ndar
             f"input '{name}': raw_input_contents holds {len(raw)} bytes but shape {shape} of "
             f"{datatype} needs {expected}"
         )
-    return np.frombuffer(raw, WIRE_DTYPES[datatype], count).reshape(shape)
+    array = np.frombuffer(raw, WIRE_DTYPES[datatype], count).reshape(shape)
+    array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
+    return array
 
 
 def contents_input(
