@@ -8,6 +8,8 @@ request. Raw tensors are `numpy.frombuffer` views of the received bytes (or of t
 message was gathered into, when `serve.grpc.raw_contents` took the entries out): read-only.
 
 Responses carry every output in `raw_output_contents`, in output order.
+`encode_infer_response_wire` gives a response's wire bytes as buffers: the message without its
+raw outputs, then each raw output's field as its array's own bytes (no copy into the message).
 """
 
 from __future__ import annotations
@@ -130,6 +132,52 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> pb.
     if response.parameters:
         encode_parameters(response.parameters, message.parameters)
     return message
+
+
+_RAW_OUTPUT_TAG = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents
+
+
+def encode_infer_response_wire(
+    response: InferResponse, request: InferRequest
+) -> list[bytes | memoryview]:
+    """The serialized ModelInferResponse as buffers, in order: what `encode_infer_response`
+    gives, serialized, with each output's bytes a view of its array when that is already
+    little-endian and contiguous."""
+    message = pb.ModelInferResponse(
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id or request.id,
+    )
+    tail: list[bytes | memoryview] = []
+    for output in response.outputs:
+        data = output.data
+        message.outputs.add(name=output.name, datatype=output.datatype, shape=data.shape)
+        raw: bytes | memoryview = b""
+        if output.region is None:  # else written there; an empty entry keeps the order
+            raw = _output_buffer(output.name, output.datatype, data)
+        tail += (_RAW_OUTPUT_TAG + _varint(len(raw)), raw)
+    if response.parameters:
+        encode_parameters(response.parameters, message.parameters)
+    return [message.SerializeToString(), *tail]
+
+
+def _output_buffer(name: str, datatype: str, data: np.ndarray) -> bytes | memoryview:
+    if datatype == "BYTES":
+        return tensor_bytes(datatype, data)
+    dtype = WIRE_DTYPES.get(datatype)
+    if dtype is None:
+        raise ServeError.internal(f"output '{name}': unknown datatype '{datatype}'")
+    flat: Any = np.ascontiguousarray(data, dtype=dtype).reshape(-1).view(np.uint8)
+    return memoryview(flat)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _datatype_and_shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[str, list[int]]:

@@ -20,7 +20,10 @@ from tritonclient.grpc import service_pb2 as pb
 
 from serve.dataplane import DataPlane
 from serve.errors import ServeError
-from serve.grpc.codec import decode_infer_request, encode_infer_response
+from serve.grpc.codec import (
+    decode_infer_request,
+    encode_infer_response_wire,
+)
 from serve.grpc.endpoint import STOP_GRACE_S
 from serve.grpc.http2.calls import Call, Router, RpcMethod
 from serve.grpc.http2.server import Http2GrpcServer
@@ -39,6 +42,8 @@ SERVICE = "inference.GRPCInferenceService"
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 _INVALID = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 _STREAMING = {"ModelStreamInfer"}
+# An answer at least this large is written from its outputs' own buffers.
+LARGE_ANSWER = 1 << 16
 
 
 def _code(error: ServeError) -> int:
@@ -119,7 +124,9 @@ class _Infer:
         if trace is not None:
             trace.stamp("GRPC_SEND_START")
         try:
-            call.respond(encode_infer_response(result, request).SerializeToString())
+            parts = encode_infer_response_wire(result, request)
+            total = sum(len(part) for part in parts)
+            call.respond(parts if total >= LARGE_ANSWER else b"".join(parts))
         except ServeError as exc:
             call.finish(_code(exc), exc.message)
         if trace is not None:

@@ -120,11 +120,16 @@ class Call:
 
     # -- answering ---------------------------------------------------------------------------
 
-    def respond(self, message: Message) -> None:
-        """Answer a unary call: the response message, then status OK."""
+    def respond(self, message: Message | list[bytes | memoryview]) -> None:
+        """Answer a unary call: the response message (or its bytes as buffers in order, written
+        without joining them when they fit the windows), then status OK."""
         if self.closed:
             return
-        if not isinstance(message, bytes):
+        if isinstance(message, list):
+            if self._respond_parts(message):
+                return
+            message = b"".join(message)
+        elif not isinstance(message, bytes):
             message = bytes(message)
         connection = self._connection
         size = len(message) + 5
@@ -153,6 +158,34 @@ class Call:
             return
         self.send_message(message)
         self.finish(0)
+
+    def _respond_parts(self, parts: list[bytes | memoryview]) -> bool:
+        """`respond` in one `writelines` when the whole answer fits the windows and one frame."""
+        connection = self._connection
+        length = sum(len(part) for part in parts)
+        size = length + 5
+        if (
+            self._headers_sent
+            or self.pending
+            or size > self.send_window
+            or size > connection.send_window
+            or size > connection.peer_max_frame
+        ):
+            return False
+        self.send_window -= size
+        connection.send_window -= size
+        sid = self.stream_id
+        connection.writelines(
+            [
+                f.frame(f.HEADERS, f.END_HEADERS, sid, f.RESPONSE_HEADERS)
+                + f.frame_header(f.DATA, 0, sid, size)
+                + f.message_prefix(length),
+                *parts,
+                f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, sid, f.OK_TRAILERS),
+            ]
+        )
+        self.close_local()
+        return True
 
     def send_message(self, message: Message) -> None:
         """One message of a streaming answer."""

@@ -165,6 +165,11 @@ class GrpcConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.write(data)
 
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
+        """Buffers written one after the other, without joining them first."""
+        if self._transport is not None:
+            self._transport.writelines(parts)
+
     def flush(self, call: Call, out: list[bytes]) -> None:
         """Send what the windows allow of the call's pending data (and its trailers)."""
         pending = call.pending

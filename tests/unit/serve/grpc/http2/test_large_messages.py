@@ -57,3 +57,17 @@ def test_a_stream_ending_inside_a_large_message_is_an_error() -> None:
     client.send(f.frame(f.DATA, f.END_STREAM, 1, b""))
     (answer,) = client.frames()
     assert client.decode(answer)["grpc-status"] == "13"
+
+
+def test_an_answer_given_as_buffers_is_written_without_joining_them() -> None:
+    client = Client(
+        settings={f.SETTINGS_INITIAL_WINDOW_SIZE: 1 << 20, f.SETTINGS_MAX_FRAME_SIZE: 1 << 20}
+    )
+    client.send(f.window_update(0, 1 << 20))
+    client.frames()
+    client.send(client.headers(1, LATER) + client.message(b"question", 1))
+    ((_, call),) = client.later
+    scores = memoryview(np.arange(50_000, dtype=np.float32).tobytes())
+    call.respond([b"head", scores, b"tail"])
+    assert client.transport.writes_of_parts == 1
+    assert list(messages(client.frames(), 1)) == [b"head" + bytes(scores) + b"tail"]
