@@ -124,7 +124,8 @@ class _Infer:
         if trace is not None:
             trace.stamp("GRPC_SEND_START")
         try:
-            parts, total = encode_infer_response_wire(result, request)
+            parts = encode_infer_response_wire(result, request)
+            total = sum(len(part) for part in parts)
             call.respond(parts if total >= LARGE_ANSWER else b"".join(parts))
         except ServeError as exc:
             call.finish(_code(exc), exc.message)

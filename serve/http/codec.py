@@ -277,8 +277,7 @@ def _decode_input(
         array = items.reshape(shape)
     else:
         array = np.frombuffer(body, WIRE_DTYPES[datatype], count, offset).reshape(shape)
-        if type(body) is not bytes:
-            array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
+        array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
     return name, datatype, array, end
 
 
