@@ -46,8 +46,7 @@ class AsgiBridge:
             "query_string": query,
             "headers": request.headers,
         }
-        body = request.body if type(request.body) is bytes else bytes(request.body)
-        task = asyncio.get_running_loop().create_task(self._call(scope, body, slot))
+        task = asyncio.get_running_loop().create_task(self._call(scope, request.body, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
