@@ -323,7 +323,7 @@ class RunSummary:
         """Why no trial gave a measurement (the first failure's message), or None when some
         trial did."""
         trials = self.trials
-        if any(t.outcome is not None and t.outcome.status != "failed" for t in trials):
+        if any(t.outcome is not None and t.outcome.measured for t in trials):
             return None
         failed = next((t for t in trials if t.outcome is not None and t.outcome.message), None)
         if failed is None or failed.outcome is None:

@@ -45,6 +45,14 @@ class TrialOutcome:
     def failed(cls, message: str) -> TrialOutcome:
         return cls("failed", message=message)
 
+    @property
+    def measured(self) -> bool:
+        """Whether the server gave a figure: a failed trial did not, nor did a candidate pruned
+        before any load was run (refused by the server, or a precision it cannot have)."""
+        if self.status == "failed":
+            return False
+        return self.status == "ok" or self.latency_us is not None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status,

@@ -5,6 +5,7 @@ renderer draws a summary for the live run and `autotune report` alike."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from rich.console import Console
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
 from tuner.duration import Duration
-from tuner.errors import EXIT_NO_FEASIBLE, EXIT_OK, ReportError
+from tuner.errors import EXIT_NO_FEASIBLE, EXIT_NOT_TUNED, EXIT_OK, ReportError
 from tuner.report.console import print_summary
 from tuner.report.summary import ModelSummary, load_run
 from tuner.results import trials_csv, write_model_report
@@ -141,6 +142,25 @@ def test_exit_codes_follow_the_outcome() -> None:
     assert summary.exit_code == EXIT_OK and summary.unmeasured_reason is None
     missed = RunSummary.from_json(summary.to_json() | {"best": None})
     assert missed.exit_code == EXIT_NO_FEASIBLE
+
+
+def test_a_run_whose_every_candidate_was_refused_was_not_tuned() -> None:
+    """A refused candidate is a pruned trial with no figure: when every trial was refused, no
+    configuration was measured, and the run says so with the server's reason; a trial pruned
+    over budget was measured, so such a run only found nothing feasible."""
+    refused = TrialOutcome("pruned", message="the server refused the config: bad parameter")
+    trials = tuple(
+        TrialRecord(n, "PRUNED", Candidate({"instance_count": n + 1}), refused, False, 0.1)
+        for n in range(2)
+    )
+    summary = replace(
+        _summary(), trials=trials, as_written=trials[0], best=None, lowest_latency=None
+    )
+    assert summary.exit_code == EXIT_NOT_TUNED
+    assert summary.unmeasured_reason == "trial 0: the server refused the config: bad parameter"
+    over_budget = TrialOutcome("pruned", 10.0, 50_000.0, message="over budget at concurrency 1")
+    measured = replace(summary, trials=(*trials, replace(trials[0], number=2, outcome=over_budget)))
+    assert measured.exit_code == EXIT_NO_FEASIBLE and measured.unmeasured_reason is None
 
 
 def test_one_renderer_prints_the_summary() -> None:
