@@ -16,7 +16,8 @@ raise `AnalyzerError`.
 Also what a caller needs to build their arguments and read the results (`LoadOptions`,
 `SequenceOptions` (a sequence model's load), `LoadLevel`, `MeasureSettings`, `Measurement`
 (`composing`: an ensemble's per-model breakdown), `ModelInfo`, `TensorInfo`), input data files
-(`read_json_data`, `RANDOM_INT_HIGH`) and the latency breakdown figure of the perf report
+(`read_json_data`, `RANDOM_INT_HIGH`), the GPUs a server reports on its metrics endpoint
+(`server_gpus`) and the latency breakdown figure of the perf report
 (`LatencyParts`, `breakdown_figure`). Other packages import this module and `analyzer.cli`
 only.
 """
@@ -38,7 +39,7 @@ from analyzer.load.options import LoadOptions, ModelInfo, TensorInfo
 from analyzer.load.sequences import SequenceOptions
 from analyzer.measurement import Measurement
 from analyzer.profiler.clock import MonotonicClock, epoch_offset_ns
-from analyzer.profiler.gpu_metrics import MetricsPoller, http_fetcher
+from analyzer.profiler.gpu_metrics import MetricsPoller, http_fetcher, server_gpus
 from analyzer.profiler.level import LevelRun, Probe
 from analyzer.profiler.mixed import (
     MixedSearchResult,
@@ -98,6 +99,7 @@ __all__ = [
     "open_session",
     "operating_point",
     "read_json_data",
+    "server_gpus",
     "sweep",
     "sweep_async",
 ]

@@ -35,11 +35,11 @@ from tuner.results import write_model_report
 from tuner.run import (
     Hooks,
     TuneOptions,
-    model_space,
     remeasure_search,
     remove_tree,
     search_settings,
     search_time_left,
+    space_on_target,
     time_left,
 )
 from tuner.run_schema import RunSummary
@@ -47,6 +47,7 @@ from tuner.search import run_search
 from tuner.search_types import TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer, tuning_server
 from tuner.space import Platform, SearchSpace
+from tuner.target_platform import target_platform
 
 # How a trial of the group is measured, once its members' configs are loaded: the outcome and
 # the measurement it is judged by.
@@ -147,22 +148,16 @@ def tune_group(
     hooks.note(group.intro)
     report_folder = options.report_dir / name
     report_folder.mkdir(parents=True, exist_ok=True)
-    platform = Platform.detect()
+    target = target_platform(options.server)
+    for note in target.notes:
+        hooks.note(f"{name}: {note}")
+    platform = target.platform
     members = [prepare_step(options, model, hooks) for model in group.models]
     member_options = options
     if group.min_batch_size:
         member_options = replace(
             options, space=replace(options.space, min_batch_size=group.min_batch_size)
         )
-    space = group.compose(
-        tuple(
-            model_space(member_options, m.base, m.model_path, platform, usable_precisions(m))
-            for m in members
-        ),
-        platform,
-    )
-    if options.search == "grid":
-        space.grid_points()  # PipelineGridError (one line, exit 1) when too large
     fingerprint = members_fingerprint(options, group.fingerprint, members)
     settings = search_settings(
         options, name, fingerprint, report_folder, time_budget, DEFAULT_PIPELINE_TRIALS
@@ -176,6 +171,24 @@ def tune_group(
         with tuning_server(first, work_dir, failure_log, others, options.server) as server:
             server_info = server.describe()
             add_variants(server, members)
+            space = group.compose(
+                tuple(
+                    space_on_target(
+                        server,
+                        member_options,
+                        m.model,
+                        m.base,
+                        m.model_path,
+                        platform,
+                        usable_precisions(m),
+                        hooks,
+                    )[0]
+                    for m in members
+                ),
+                platform,
+            )
+            if options.search == "grid":
+                space.grid_points()  # PipelineGridError (one line, exit 1) when too large
             evaluation = options.evaluation
             if group.settings_for is not None:
                 evaluation = evaluation.for_model(group.settings_for)

@@ -37,9 +37,10 @@ from tuner.results import run_summary, write_model_report
 from tuner.run_schema import ConfigChange, PlatformInfo, RunSummary, WrittenFiles
 from tuner.search import run_search
 from tuner.search_types import ProgressEvent, SearchResult, SearchSettings
-from tuner.server_control import tuning_server
-from tuner.server_target import ServerChoice
-from tuner.space import Platform, SearchSpace, SpaceOptions, build_space
+from tuner.server_control import TuningServer, tuning_server
+from tuner.server_target import AUTOTUNE, ServerChoice
+from tuner.space import GPU, Platform, SearchSpace, SpaceOptions, build_space
+from tuner.target_platform import confirm_gpu, target_platform
 from tuner.writeback import copy_model_dir, write_back
 
 
@@ -145,7 +146,15 @@ def fingerprint_of(
         "base_config": hashlib.sha256(config.SerializeToString(deterministic=True)).hexdigest()[
             :16
         ],
-    }
+    } | server_fingerprint(options.server)
+
+
+def server_fingerprint(choice: ServerChoice) -> dict[str, str]:
+    """Measurements on one server are not another's: a study made on another server than a
+    private `autotune serve` names it (studies made on ours keep their names)."""
+    if choice.kind == AUTOTUNE:
+        return {}
+    return {"server": choice.url if choice.remote else f"tritonserver {choice.tritonserver or ''}"}
 
 
 def batch_cap(options: TuneOptions, config: mc.ModelConfig, model_path: Path) -> int:
@@ -184,6 +193,27 @@ def model_space(
     )
 
 
+def space_on_target(
+    server: TuningServer,
+    options: TuneOptions,
+    model: str,
+    config: mc.ModelConfig,
+    model_path: Path,
+    platform: Platform,
+    precisions: tuple[str, ...],
+    hooks: Hooks,
+) -> tuple[SearchSpace, Platform]:
+    """The model's space on the server it is tuned on: GPU instances confirmed by a test load
+    where that server is not ours (`tuner.target_platform.confirm_gpu`)."""
+    space = model_space(options, config, model_path, platform, precisions)
+    if GPU in space.kinds:
+        platform, refused = confirm_gpu(server, model, config, backend_name(config), platform)
+        if refused is not None:
+            hooks.note(refused)
+            space = model_space(options, config, model_path, platform, precisions)
+    return space, platform
+
+
 def tune_model(
     options: TuneOptions, model: str, time_budget: Duration | None, hooks: Hooks
 ) -> RunSummary:
@@ -201,10 +231,11 @@ def tune_model(
         raise TuneError(f"model file {path} does not exist")
     report_folder = options.report_dir / model
     report_folder.mkdir(parents=True, exist_ok=True)
-    platform = Platform.detect()
+    target = target_platform(options.server)
+    for note in target.notes:
+        hooks.note(f"{model}: {note}")
     variants = prepare_model_variants(options, model_dir, config, path, hooks)
     usable = tuple(v.precision for v in variants if v.usable) or ("fp32",)
-    space = model_space(options, config, path, platform, usable)
     fingerprint = fingerprint_of(options, config, path)
     settings = search_settings(
         options, model, fingerprint, report_folder, time_budget, DEFAULT_TRIALS
@@ -222,6 +253,9 @@ def tune_model(
                         server.add_variant(version, filename, variant.model_path)
                 for relative, placed in variant.model_folder_files().items():
                     server.add_file(relative, placed)
+            space, platform = space_on_target(
+                server, options, model, config, path, target.platform, usable, hooks
+            )
             evaluation = options.evaluation.for_model(config)
             evaluator = TrialEvaluator(config, server, by_precision, options.budget, evaluation)
             hooks.note(f"{model}: {space.size} candidates in the search space")

@@ -88,6 +88,19 @@ def http_fetcher(url: str, timeout_s: float = 5.0) -> Callable[[], Awaitable[str
     return fetch
 
 
+def server_gpus(url: str, timeout_s: float = 5.0) -> dict[str, int]:
+    """The GPUs a server reports on its metrics endpoint (`url` as --metrics-url takes it):
+    each GPU's UUID and total memory in bytes (0 where `nv_gpu_memory_total_bytes` is
+    missing); empty for a server without GPUs. OSError / ValueError when it cannot be read."""
+    full = url if "://" in url else f"http://{url}"
+    if not full.rstrip("/").endswith("/metrics"):
+        full = full.rstrip("/") + "/metrics"
+    with urllib.request.urlopen(full, timeout=timeout_s) as response:
+        reading = parse_scrape(response.read().decode("utf-8", "replace"))
+    uuids = {*reading.utilization, *reading.memory_total_bytes, *reading.power_w}
+    return {uuid: reading.memory_total_bytes.get(uuid, 0) for uuid in sorted(uuids)}
+
+
 class MetricsPoller:
     """Reads the endpoint every `interval_ms` from `start()` until `stop()`; `take()` hands
     over the readings made since the last call."""

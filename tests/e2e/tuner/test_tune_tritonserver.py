@@ -20,6 +20,7 @@ import psutil
 import tritonclient.http as httpclient
 
 from serve.config.model_config import read_config_file
+from tests.support.metrics_endpoint import metrics_endpoint
 from tests.support.triton_peer import running_tritonserver, tritonserver_path
 
 # Few, short trials: the point is where they are measured, not how well they search.
@@ -203,3 +204,49 @@ def test_a_remote_tritonserver_is_left_with_its_model_as_it_was(
         _infer(remote.http, "add_sub_py")
     assert (served / "add_sub_py" / "config.pbtxt").read_text() == on_disk
     assert sorted(p.name for p in (served / "add_sub_py").iterdir()) == ["1", "config.pbtxt"]
+
+
+def test_a_remote_server_reporting_a_gpu_it_cannot_load_on_is_searched_on_its_cpus(
+    tmp_path: Path, repository_with: Callable[..., Path]
+) -> None:
+    """The space comes from the server tuned: a remote server whose metrics endpoint reports
+    a GPU gets GPU instances in the space, unless a test load with a KIND_GPU instance is
+    refused; Triton 2.51 without a GPU refuses it, so the run says why, searches CPU instances
+    only, and leaves the model as it was."""
+    local = repository_with("add_sub_py")
+    config = local / "add_sub_py" / "config.pbtxt"
+    config.write_text(config.read_text().replace("KIND_CPU", "KIND_AUTO"))  # its code decides
+    served = tmp_path / "served"
+    served.mkdir()
+    subprocess.run(["cp", "-r", str(local / "add_sub_py"), str(served)], check=True)
+    gpu = 'nv_gpu_memory_total_bytes{gpu_uuid="GPU-5e1f"} 85899345920\n'
+    log = tmp_path / "remote.log"
+    with (
+        running_tritonserver(served, log, "--load-model", "add_sub_py") as remote,
+        metrics_endpoint(gpu) as metrics,
+    ):
+        before = _model_state(remote.http, "add_sub_py")
+        reports = tmp_path / "reports"
+        run = _tune(
+            tmp_path,
+            *SHORT,
+            "--trials",
+            "2",
+            "--model-repository",
+            str(local),
+            "--report-dir",
+            str(reports),
+            "--server-url",
+            remote.http,
+            "--server-metrics-url",
+            metrics.url,
+        )
+        output = run.stdout + run.stderr
+        assert run.returncode == 0, output
+        assert "no GPU instances: the server refused a KIND_GPU load" in output
+        assert "but no GPUs are available" in output  # Triton's own reason
+        assert _model_state(remote.http, "add_sub_py") == before
+    summary = json.loads((reports / "add_sub_py" / "summary.json").read_text())
+    assert summary["platform"]["gpus"] == ["GPU GPU-5e1f (80.0 GiB)"]
+    assert not any("KIND_GPU" in line for line in summary["space"])
+    assert all(t["outcome"]["status"] != "pruned" for t in summary["trials"] if t["outcome"])

@@ -9,8 +9,9 @@ import logging
 import pytest
 
 from analyzer.measurement import GpuMetrics
-from analyzer.profiler.gpu_metrics import MetricsPoller, merge_readings, parse_scrape
+from analyzer.profiler.gpu_metrics import MetricsPoller, merge_readings, parse_scrape, server_gpus
 from analyzer.report.console import gpu_metrics_lines
+from tests.support.metrics_endpoint import metrics_endpoint
 
 A, B = "GPU-0000-aaaa", "GPU-0001-bbbb"
 
@@ -136,3 +137,11 @@ def test_an_unreachable_endpoint_stops_the_poller_saying_why() -> None:
 
     error = asyncio.run(scenario())
     assert error is not None and "cannot read the metrics at 127.0.0.1:1/metrics" in error
+
+
+def test_a_servers_gpus_are_read_from_its_metrics_endpoint() -> None:
+    with metrics_endpoint(_scrape(0.5, 0.25, 1000)) as endpoint:
+        assert server_gpus(endpoint.url) == {A: 150_000_000_000, B: 150_000_000_000}
+        assert server_gpus(f"http://{endpoint.url}/metrics") == server_gpus(endpoint.url)
+        endpoint.text = 'nv_inference_count{model="m",version="1"} 3\n'  # no GPU
+        assert server_gpus(endpoint.url) == {}
