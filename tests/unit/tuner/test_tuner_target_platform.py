@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tuner.run import server_fingerprint
 from tuner.server_control import ServerError
 from tuner.server_target import ServerChoice
 from tuner.space import Platform
@@ -102,3 +103,12 @@ def test_our_own_server_is_not_asked_for_a_test_load() -> None:
     server = _Server(ServerChoice(), "never asked")
     assert confirm_gpu(server, "m", _base(), "pytorch", WITH_GPU) == (WITH_GPU, None)  # type: ignore[arg-type]
     assert server.loaded == []
+
+
+def test_a_study_made_on_another_server_is_not_resumed_on_ours() -> None:
+    """Measurements on Triton are not ours: the server joins the study's fingerprint (and so
+    its default name) except on our own server, whose studies keep the names they had."""
+    assert server_fingerprint(ServerChoice()) == {}
+    triton = ServerChoice.from_flags("tritonserver", Path("/opt/tritonserver"), (), None)
+    assert server_fingerprint(triton) == {"server": "tritonserver /opt/tritonserver"}
+    assert server_fingerprint(_remote()) == {"server": "10.0.0.5:8000"}
