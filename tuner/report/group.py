@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from common.html_page import Cell, note, table
+from tuner.run_schema import RunSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +82,9 @@ def number_cell(value: float | None, digits: int, scale: float = 1.0) -> GroupCe
 
 def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+def best_metrics(summary: RunSummary) -> dict[str, float]:
+    """The best trial's metrics (empty without a best)."""
+    best = summary.best.outcome if summary.best is not None else None
+    return dict(best.metrics) if best is not None else {}

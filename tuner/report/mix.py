@@ -8,6 +8,7 @@ import html
 from dataclasses import dataclass
 
 from common.html_page import Cell
+from tuner.report import group
 from tuner.report.group import GroupCell, GroupTable, code_cell, finite, number_cell, text_cell
 from tuner.run_schema import RunSummary
 
@@ -26,10 +27,9 @@ class MixModelView:
 
 def mix_models(summary: RunSummary) -> list[MixModelView]:
     """One entry per model of the mix, in the mix's order; figures None without a best."""
-    best = summary.best.outcome if summary.best is not None else None
-    metrics = dict(best.metrics) if best is not None else {}
+    metrics = group.best_metrics(summary)
     # A model's part is empty when the best leaves its config as written.
-    found = "as written" if best is not None else ""
+    found = "as written" if summary.best is not None else ""
     parts = {step.model: step.best or found for step in summary.pipeline}
     percentile = summary.budget.percentile
 
@@ -49,17 +49,12 @@ def mix_models(summary: RunSummary) -> list[MixModelView]:
     ]
 
 
-def total_rate(summary: RunSummary) -> float | None:
-    best = summary.best.outcome if summary.best is not None else None
-    return finite(best.metrics.get("request_rate")) if best is not None else None
-
-
 def mix_table(summary: RunSummary) -> GroupTable | None:
     """The mix's table (None for a model or a pipeline)."""
     if not summary.traffic_mix:
         return None
     percentile = summary.budget.percentile
-    rate = total_rate(summary)
+    rate = finite(group.best_metrics(summary).get("request_rate"))
     console_note = None
     if rate is not None:
         console_note = (

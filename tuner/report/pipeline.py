@@ -9,6 +9,7 @@ import html
 from dataclasses import dataclass
 
 from common.html_page import Cell, number
+from tuner.report import group
 from tuner.report.group import GroupCell, GroupTable, code_cell, finite, number_cell, text_cell
 from tuner.run_schema import RunSummary
 
@@ -34,8 +35,7 @@ class StepShare:
 def step_shares(summary: RunSummary) -> list[StepShare]:
     """One entry per step of `summary.pipeline`, in order; times None where the best trial
     has no server-side breakdown of that step."""
-    best = summary.best.outcome if summary.best is not None else None
-    metrics = dict(best.metrics) if best is not None else {}
+    metrics = group.best_metrics(summary)
     end_to_end = finite(metrics.get("avg_us"))
     shares = []
     for index, step in enumerate(summary.pipeline):
@@ -48,18 +48,13 @@ def step_shares(summary: RunSummary) -> list[StepShare]:
     return shares
 
 
-def end_to_end_us(summary: RunSummary) -> float | None:
-    best = summary.best.outcome if summary.best is not None else None
-    return finite(best.metrics.get("avg_us")) if best is not None else None
-
-
 def pipeline_table(summary: RunSummary) -> GroupTable | None:
     """The pipeline's table (None for a single model or a traffic mix, whose models
     tuner/report/mix.py shows)."""
     if not summary.pipeline or summary.traffic_mix:
         return None
     steps = step_shares(summary)
-    total = end_to_end_us(summary)
+    total = finite(group.best_metrics(summary).get("avg_us"))
     console_note = None
     if total is not None:
         console_note = (
