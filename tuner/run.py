@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.api import CONFIG_FILENAME, backend_name, config_to_text, open_model_directory
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, diff, variant_filename
-from tuner.defaults import DEFAULT_MAX_BATCH_SIZE_CAP, DEFAULT_TRIALS
+from tuner.defaults import DEFAULT_MAX_BATCH_SIZE_CAP, DEFAULT_TRIALS, RECOMMENDED_SEARCH
 from tuner.duration import Duration
 from tuner.errors import TunerError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
@@ -51,7 +51,7 @@ class TuneOptions:
     models: tuple[str, ...] = ()  # empty: every model in the repository
     trials: int | None = None  # None: DEFAULT_TRIALS, DEFAULT_PIPELINE_TRIALS for a pipeline
     time_budget: Duration | None = None  # for the whole run, shared by the models
-    search: str = "optuna"
+    search: str = RECOMMENDED_SEARCH
     precisions: tuple[str, ...] = DEFAULT_PRECISIONS
     # False: `precisions` is the default, each model gets those of it that suit its backend
     # and machine; True: every one asked is prepared (or excluded, saying why).
