@@ -335,11 +335,6 @@ def diff(base: mc.ModelConfig, tuned: mc.ModelConfig) -> list[tuple[str, str, st
     return changes
 
 
-def format_diff(changes: Iterable[tuple[str, str, str]]) -> list[str]:
-    """["max_batch_size: 64 -> 16", ...]."""
-    return [f"{field}: {old} -> {new}" for field, old, new in changes]
-
-
 def _flat_config(config: mc.ModelConfig) -> dict[str, tuple[str, str]]:
     """Field path -> (value, how the value reads where the field is absent)."""
     flat = {"dynamic_batching": ("on" if config.HasField("dynamic_batching") else "off", "off")}

@@ -25,12 +25,6 @@ class StepShare:
     compute_us: float | None
     share: float | None  # (queue + compute) / end-to-end average latency
 
-    @property
-    def server_us(self) -> float | None:
-        if self.queue_us is None or self.compute_us is None:
-            return None
-        return self.queue_us + self.compute_us
-
 
 def step_shares(summary: RunSummary) -> list[StepShare]:
     """One entry per step of `summary.pipeline`, in order; times None where the best trial
