@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from common.invariant import present
 from serve.errors import ErrorKind, ServeError
 
 SERVER_LOGGER = "serve"
@@ -115,9 +116,9 @@ class LogSettings:
                 root.removeHandler(self._handler)
                 self._handler.close()
             self._handler = handler
-        assert self._handler is not None
+        current = present(self._handler, "a handler is made when there is none")
         iso = values.log_format == "ISO8601"
-        self._handler.setFormatter(_IsoFormatter(_LINE) if iso else logging.Formatter(_LINE))
+        current.setFormatter(_IsoFormatter(_LINE) if iso else logging.Formatter(_LINE))
         self.values = values
         self._filter.values = values
         verbose = values.log_verbose_level

@@ -31,6 +31,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from common.invariant import InvariantError, present
 from tuner.candidate import Candidate
 from tuner.pruning import SaturationPruner
 from tuner.search_types import SearchError, SearchSettings, TrialOutcome, TrialRecord
@@ -174,8 +175,7 @@ def objective_of(settings: SearchSettings) -> dict[str, str]:
 def stored_objective(url: str, study_name: str) -> dict[str, str] | None:
     """The objective a study in `url` was made for (None when there is no such study, or it
     holds none yet): to refuse a resume before doing any work for it."""
-    storage = open_storage(url)
-    assert storage is not None  # a URL always opens a storage
+    storage = present(open_storage(url), "a URL always opens a storage")
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:  # Optuna's "no such study"
@@ -375,9 +375,9 @@ def best_of(records: list[TrialRecord]) -> TrialRecord | None:
 
 
 def _rank(record: TrialRecord) -> tuple[float, float, int]:
-    assert record.outcome is not None
-    latency = record.outcome.latency_us if record.outcome.latency_us is not None else 0.0
-    return (-record.outcome.throughput, latency, record.number)
+    outcome = present(record.outcome, "only finished trials are ranked")
+    latency = outcome.latency_us if outcome.latency_us is not None else 0.0
+    return (-outcome.throughput, latency, record.number)
 
 
 @contextlib.contextmanager
@@ -419,5 +419,6 @@ class FixedSampler(optuna.samplers.BaseSampler):
     ) -> Any:
         if param_name in self.params:
             return self.params[param_name]
-        assert isinstance(param_distribution, optuna.distributions.CategoricalDistribution)
+        if not isinstance(param_distribution, optuna.distributions.CategoricalDistribution):
+            raise InvariantError("every parameter of the space is categorical")
         return param_distribution.choices[0]

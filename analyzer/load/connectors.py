@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from common.invariant import InvariantError
 from protocol.client.grpc_infer import (
     Metadata,
     StreamCaller,
@@ -58,7 +59,8 @@ class HttpConnector:
         return InferConnection(self._endpoint.address, on_done)
 
     async def connect(self, connection: Connection) -> None:
-        assert isinstance(connection, InferConnection)
+        if not isinstance(connection, InferConnection):
+            raise InvariantError("this connector connects the connections it made")
         loop = asyncio.get_running_loop()
         try:
             await loop.create_connection(

@@ -20,6 +20,7 @@ import numpy as np
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
+from common.invariant import InvariantError
 from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInstance, RequestResult
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
 from serve.errors import ServeError
@@ -249,7 +250,8 @@ class OnnxRuntimeInstance(ModelInstance):
                 self._output_names.append(state.output_name)
 
     def execute(self, requests: Sequence[InferRequest], times: BatchTimes) -> list[RequestResult]:
-        assert self._session is not None, "execute before load"
+        if self._session is None:
+            raise InvariantError("an instance executes only once loaded")
         start = time.perf_counter_ns()
         if self._batched:
             rows = [batch_rows(r) for r in requests]

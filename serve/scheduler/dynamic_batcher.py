@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from common.invariant import InvariantError, present
 from serve.backends.base import BatchTimes, RequestResult
 from serve.backends.batching import batch_rows
 from serve.errors import ServeError
@@ -172,8 +173,7 @@ class DynamicBatcher:
             if rows >= policy.max_batch_size:
                 cannot_grow = True
                 break
-        assert oldest is not None
-        waited = time.monotonic_ns() - oldest
+        waited = time.monotonic_ns() - present(oldest, "a batch is formed from queued requests")
         expired = self._force_dispatch or (self._delay_ns > 0 and waited >= self._delay_ns)
         # A preferred size goes out as such, delay or not, until the delay expires (Triton).
         if preferred_cut and not expired:
@@ -206,7 +206,8 @@ class DynamicBatcher:
         for pending in batch:
             queue = self._delayed if pending.level < 0 else self._queues[pending.level]
             removed = queue.popleft()
-            assert removed is pending, "batches are taken from the front of the queues"
+            if removed is not pending:
+                raise InvariantError("batches are taken from the front of the queues")
             pending.queued = False
             pending.dispatch_ns = now
             if pending.timer is not None:
