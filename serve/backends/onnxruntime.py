@@ -23,6 +23,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from common.invariant import InvariantError
 from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInstance, RequestResult
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
+from serve.backends.parameters import ConfigParameters
 from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.platform import CUDA_PROVIDER, TENSORRT_PROVIDER, ServingPlatform
@@ -32,30 +33,13 @@ log = logging.getLogger("serve.onnxruntime")
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=default-max-batch-size default
 
 
-def _parameter(config: mc.ModelConfig, key: str) -> str | None:
-    if key in config.parameters:
-        return config.parameters[key].string_value
-    return None
-
-
-def _int_parameter(config: mc.ModelConfig, key: str, source: str) -> int | None:
-    value = _parameter(config, key)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ServeError.invalid(
-            f"{source}: parameters['{key}']: '{value}' is not an integer"
-        ) from None
-
-
 def session_options(config: mc.ModelConfig, source: str) -> ort.SessionOptions:
     options = ort.SessionOptions()
-    intra = _int_parameter(config, "intra_op_thread_count", source)
-    inter = _int_parameter(config, "inter_op_thread_count", source)
-    mode = _int_parameter(config, "execution_mode", source)
-    arena = _int_parameter(config, "enable_mem_arena", source)
+    parameters = ConfigParameters(config, source)
+    intra = parameters.integer("intra_op_thread_count", minimum=0)
+    inter = parameters.integer("inter_op_thread_count", minimum=0)
+    mode = parameters.integer("execution_mode")
+    arena = parameters.integer("enable_mem_arena")
     if intra is not None:
         options.intra_op_num_threads = intra
     if inter is not None:
