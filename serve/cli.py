@@ -24,6 +24,7 @@ from serve.http.limits import (
     DEFAULT_READ_TIMEOUT_S,
     HttpLimits,
 )
+from serve.model.response_cache import parse_cache_config
 from serve.repository.manager import ControlMode
 from serve.restricted import API_GROUPS, RestrictedApis
 from serve.server import serve_forever
@@ -240,6 +241,14 @@ def _apply(flags: list[Any]) -> Any:
     "be set here, not through the trace API.",
 )
 @click.option(
+    "--cache-config",
+    "cache_config",
+    multiple=True,
+    metavar="local,size=BYTES",
+    help="The response cache, as tritonserver's: local,size=N keeps up to N bytes of responses "
+    "in memory for the models whose config has response_cache { enable: true }. Repeatable.",
+)
+@click.option(
     "--log-verbose",
     type=click.IntRange(min=0),
     default=0,
@@ -276,6 +285,7 @@ def serve_command(
     strict_readiness: bool,
     log_file: str,
     trace_config: tuple[str, ...],
+    cache_config: tuple[str, ...],
     log_verbose: int,
 ) -> None:
     """Serve a Triton model repository over KServe v2 HTTP and gRPC, with Prometheus metrics."""
@@ -291,8 +301,11 @@ def serve_command(
             grpc_restricted_protocol, "--grpc-restricted-protocol"
         )
         trace = parse_trace_config(trace_config)
+        cache = parse_cache_config(cache_config)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    except ServeError as exc:
+        raise click.UsageError(exc.message) from None
     options = ServerOptions(
         model_repository=model_repository,
         http=EndpointOptions(allow_http, http_address, http_port),
@@ -322,6 +335,7 @@ def serve_command(
         log_verbose=log_verbose,
         log_file=log_file,
         trace=trace,
+        cache=cache,
     )
     try:
         code = serve_forever(options)

@@ -22,6 +22,7 @@ from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.log_settings import LogSettings, LogValue
 from serve.model.loader import ServerServices
+from serve.model.response_cache import ResponseCache
 from serve.model.served import ResponseCallback, ServedModel, StreamCallback
 from serve.model_calls import DataPlaneCalls
 from serve.repository.manager import ModelRepository
@@ -77,6 +78,7 @@ class DataPlane:
         strict_readiness: bool = True,
         log_settings: LogSettings | None = None,
         trace_defaults: TraceValues = DEFAULTS,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self.repository = repository
         self.accepting = True
@@ -86,7 +88,10 @@ class DataPlane:
         self.logs = log_settings or LogSettings()
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetrics()  # what python models define, shown in /metrics
-        repository.services = ServerServices(DataPlaneCalls(self), self.custom_metrics)
+        self.response_cache = response_cache  # --cache-config; models enable it in their config
+        repository.services = ServerServices(
+            DataPlaneCalls(self), self.custom_metrics, response_cache
+        )
 
     # -- health and metadata ------------------------------------------------------------------
 

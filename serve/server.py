@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from serve.dataplane import DataPlane
 from serve.http.limits import HttpLimits
 from serve.log_settings import LogSettings
+from serve.model.response_cache import ResponseCache
 from serve.repository.manager import ModelRepository
 from serve.server_options import EndpointOptions, ServerOptions
 
@@ -130,7 +131,9 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
     if options.metrics.enabled:
         from serve.metrics.endpoint import build_metrics_app
 
-        metrics = build_metrics_app(dataplane.repository.loaded, dataplane.custom_metrics)
+        metrics = build_metrics_app(
+            dataplane.repository.loaded, dataplane.custom_metrics, dataplane.response_cache
+        )
         endpoints.append(
             _native_http("Metrics Service", AsgiRoutes(metrics), options.metrics, HttpLimits())
         )
@@ -163,6 +166,7 @@ def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> Da
         strict_readiness=options.strict_readiness,
         log_settings=logs,
         trace_defaults=options.trace,
+        response_cache=None if options.cache is None else ResponseCache(options.cache),
     )
 
 

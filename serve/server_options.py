@@ -8,6 +8,7 @@ from pathlib import Path
 
 from serve.grpc.limits import GrpcLimits
 from serve.http.limits import HttpLimits
+from serve.model.response_cache import CacheSettings
 from serve.repository.manager import ControlMode
 from serve.restricted import RestrictedApis
 from serve.trace.settings import DEFAULTS, TraceValues
@@ -52,3 +53,4 @@ class ServerOptions:
     log_verbose: int = 0
     log_file: str = ""  # "" : stderr (tritonserver --log-file)
     trace: TraceValues = DEFAULTS  # the global trace settings (tritonserver --trace-config)
+    cache: CacheSettings | None = None  # the response cache (tritonserver --cache-config)

@@ -8,11 +8,13 @@ from typing import Any
 from prometheus_client.registry import CollectorRegistry
 
 from serve.custom_metrics import CustomMetrics
+from serve.metrics.cache import CacheCollector
 from serve.metrics.custom import CustomMetricsCollector
 from serve.metrics.exposition import CONTENT_TYPE, render
 from serve.metrics.gpu import open_gpu_collector
 from serve.metrics.inference import InferenceCollector, ModelSource
 from serve.metrics.system import CpuCollector
+from serve.model.response_cache import ResponseCache
 
 METRICS_PATH = "/metrics"
 
@@ -43,12 +45,17 @@ class MetricsApp:
 
 
 def build_metrics_app(
-    models: Callable[[], Iterable[ModelSource]], custom: CustomMetrics | None = None
+    models: Callable[[], Iterable[ModelSource]],
+    custom: CustomMetrics | None = None,
+    cache: ResponseCache | None = None,
 ) -> MetricsApp:
-    """Inference metrics over the loaded model versions `models()` returns, CPU metrics, GPU
-    metrics when NVML finds a GPU, and the custom metrics python models define, after them."""
+    """Inference metrics over the loaded model versions `models()` returns, the response
+    cache's when there is one, CPU metrics, GPU metrics when NVML finds a GPU, and the custom
+    metrics python models define, after them."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InferenceCollector(models))
+    if cache is not None:
+        registry.register(CacheCollector(cache))
     registry.register(CpuCollector())
     gpus = open_gpu_collector()
     if gpus is not None:

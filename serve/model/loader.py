@@ -16,6 +16,7 @@ from serve.custom_metrics import CustomMetrics
 from serve.errors import ServeError
 from serve.model.classification import read_labels
 from serve.model.model_version import ModelVersion
+from serve.model.response_cache import ResponseCache
 from serve.model.warmup import run_warmup
 from serve.platform import ServingPlatform, detect_platform
 from serve.scheduler.base import Scheduler
@@ -93,6 +94,7 @@ class ServerServices:
 
     model_calls: ModelCalls | None = None
     custom_metrics: CustomMetrics | None = None
+    response_cache: ResponseCache | None = None  # --cache-config; used where a model enables it
 
 
 async def load_model_version(
@@ -151,4 +153,5 @@ async def load_model_version(
         batcher = SequenceBatcher(config, sequence_inputs, workers, stats, loop)
     else:
         batcher = DynamicBatcher(BatchingPolicy.from_config(config), workers, stats, loop)
-    return ModelVersion(config, version, model_dir, workers, batcher, stats, labels)
+    cache = services.response_cache if config.response_cache.enable else None
+    return ModelVersion(config, version, model_dir, workers, batcher, stats, labels, cache)

@@ -154,6 +154,12 @@ class TensorChecker:
 
         return finish
 
+    def wanted_outputs(self, request: InferRequest) -> list[str]:
+        """The outputs `request` is answered with: those it asks for (each once), or all."""
+        if request.requested_outputs is None:
+            return list(self.outputs)
+        return list(dict.fromkeys(o.name for o in request.requested_outputs))
+
     def make_response(
         self, request: InferRequest, produced: dict[str, np.ndarray]
     ) -> InferResponse:

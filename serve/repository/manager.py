@@ -209,7 +209,7 @@ class ModelRepository:
             try:
                 if is_ensemble(config):
                     loaded[version] = await load_ensemble_version(
-                        config, version, model_dir, self.get
+                        config, version, model_dir, self.get, self.services.response_cache
                     )
                     continue
                 loaded[version] = await load_model_version(

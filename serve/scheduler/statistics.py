@@ -120,6 +120,14 @@ class ModelStatistics:
         if succeeded:
             self.record_successes(succeeded, success_ns, queue_ns, times)
 
+    def record_cache_hit(self, total_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success that neither queued nor ran
+        (Triton counts it in success and queue, never in the inference or execution counts)."""
+        self.success.add(total_ns)
+        self.queue.add(0)
+        self.cache_hit.add(lookup_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
     def record_failure(self, total_ns: int, reason: FailureReason) -> None:
         self.fail.add(total_ns)
         self.failures[reason] += 1
