@@ -125,6 +125,7 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def qualified(model: str, parameter: str) -> str:
+    """A pipeline candidate's parameter name: "<model>.<parameter>" (`split_name` undoes it)."""
     return f"{model}.{parameter}"
 
 

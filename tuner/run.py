@@ -46,6 +46,9 @@ from tuner.writeback import copy_model_dir, write_back
 
 @dataclass(frozen=True, slots=True)
 class TuneOptions:
+    """Everything one `autotune` run is asked to do, resolved from the flags (None or empty:
+    the default beside the field)."""
+
     repository: Path
     budget: LatencyBudget
     models: tuple[str, ...] = ()  # empty: every model in the repository
@@ -100,6 +103,8 @@ def study_name(options: TuneOptions, model: str, fingerprint: dict[str, str]) ->
 
 
 def storage_url(options: TuneOptions, report_folder: Path) -> str:
+    """The study's storage: `options.storage`, else study.db in `report_folder` (an absolute
+    path: the study does not move with the cwd)."""
     if options.storage:
         return options.storage
     return f"sqlite:///{(report_folder / 'study.db').resolve()}"
@@ -429,4 +434,6 @@ def time_left(budget: Duration | None, started: float) -> Duration | None:
 
 
 def remove_tree(path: Path) -> None:
+    """Remove a run's scratch folder, errors ignored: it runs in a `finally`, where raising
+    would replace the error that ended the run."""
     shutil.rmtree(path, ignore_errors=True)

@@ -164,6 +164,8 @@ def open_study(settings: SearchSettings, sampler: optuna.samplers.BaseSampler) -
 
 
 def objective_of(settings: SearchSettings) -> dict[str, str]:
+    """What a study is made for: the budget, the constraints and the run's fingerprint,
+    stored on the study so that a resume with another objective is refused."""
     objective = {"latency": settings.budget.describe(), "limit_us": f"{settings.budget.limit_us:g}"}
     if settings.min_throughput is not None:
         objective["min_throughput"] = f"{settings.min_throughput:g}"
@@ -330,6 +332,8 @@ def heartbeat(trial: Trial, interval_s: float) -> Iterator[None]:
 
 
 def record_of(trial: FrozenTrial, settings: SearchSettings) -> TrialRecord:
+    """A stored trial as the loop and the reports see it; an outcome stored but never told (its
+    process died first) is dropped."""
     attrs = trial.user_attrs
     candidate = Candidate.from_json(attrs[CANDIDATE]) if CANDIDATE in attrs else None
     outcome = TrialOutcome.from_json(attrs[OUTCOME]) if OUTCOME in attrs else None

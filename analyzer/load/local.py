@@ -67,6 +67,8 @@ IDLE = LoadLevel()  # send nothing, keep the connections: a worker process's zer
 
 
 def check_level(level: LoadLevel) -> None:
+    """ValueError unless `level` is a concurrency or a request rate (not both, neither
+    negative); all zero is `IDLE`."""
     if (
         level.concurrency < 0
         or level.request_rate < 0

@@ -68,6 +68,8 @@ class Cast(torch.nn.Module):
 
 
 def is_torchscript_model(config: mc.ModelConfig, model_path: Path) -> bool:
+    """Whether the variants of this model are TorchScript casts: a .pt / .pth file served by
+    the pytorch backend (or a TorchScript platform)."""
     return Path(model_path).suffix.lower() in (".pt", ".pth") and (
         config.backend == "pytorch" or config.platform in TORCHSCRIPT_PLATFORMS
     )

@@ -18,6 +18,9 @@ STEP_PREFIX = "step."  # as tuner.evaluate.step_metrics names them
 
 @dataclass(frozen=True, slots=True)
 class StepShare:
+    """One step's row in the pipeline table: its server-side time per request and its share
+    of the end-to-end latency (None where the best trial has no breakdown of it)."""
+
     index: int
     model: str
     best: str  # the step's part of the best configuration ("" when none was found)
