@@ -27,6 +27,7 @@ from serve.http.limits import (
 from serve.model.response_cache import parse_cache_config
 from serve.repository.manager import ControlMode
 from serve.restricted import API_GROUPS, RestrictedApis
+from serve.scheduler.rate_limiter import ResourceCount
 from serve.server import serve_forever
 from serve.server_options import EndpointOptions, ServerOptions
 from serve.trace.settings import parse_trace_config
@@ -249,6 +250,22 @@ def _apply(flags: list[Any]) -> Any:
     "in memory for the models whose config has response_cache { enable: true }. Repeatable.",
 )
 @click.option(
+    "--rate-limit",
+    type=click.Choice(["off", "execution_count"]),
+    default="off",
+    show_default=True,
+    help="execution_count: an instance executes only while the resources its instance group's "
+    "rate_limiter names are free, priorities weighting who gets them (tritonserver's flag).",
+)
+@click.option(
+    "--rate-limit-resource",
+    "rate_limit_resources",
+    multiple=True,
+    metavar="NAME:COUNT[:DEVICE]",
+    help="How many of a rate-limiter resource exist (on DEVICE, or on every device); default: "
+    "the largest count one instance needs. Repeatable.",
+)
+@click.option(
     "--log-verbose",
     type=click.IntRange(min=0),
     default=0,
@@ -286,6 +303,8 @@ def serve_command(
     log_file: str,
     trace_config: tuple[str, ...],
     cache_config: tuple[str, ...],
+    rate_limit: str,
+    rate_limit_resources: tuple[str, ...],
     log_verbose: int,
 ) -> None:
     """Serve a Triton model repository over KServe v2 HTTP and gRPC, with Prometheus metrics."""
@@ -302,6 +321,7 @@ def serve_command(
         )
         trace = parse_trace_config(trace_config)
         cache = parse_cache_config(cache_config)
+        resources = tuple(ResourceCount.parse(text) for text in rate_limit_resources)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:
@@ -336,6 +356,8 @@ def serve_command(
         log_file=log_file,
         trace=trace,
         cache=cache,
+        rate_limit=rate_limit,
+        rate_limit_resources=resources,
     )
     try:
         code = serve_forever(options)

@@ -26,6 +26,7 @@ from serve.model.response_cache import ResponseCache
 from serve.model.served import ResponseCallback, ServedModel, StreamCallback
 from serve.model_calls import DataPlaneCalls
 from serve.repository.manager import ModelRepository
+from serve.scheduler.rate_limiter import RateLimiter
 from serve.shared_memory.registry import SharedMemoryRegistry
 from serve.shared_memory.tensors import bind_regions, uses_shared_memory
 from serve.trace.settings import DEFAULTS, TraceValues
@@ -79,6 +80,7 @@ class DataPlane:
         log_settings: LogSettings | None = None,
         trace_defaults: TraceValues = DEFAULTS,
         response_cache: ResponseCache | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.repository = repository
         self.accepting = True
@@ -90,7 +92,7 @@ class DataPlane:
         self.custom_metrics = CustomMetrics()  # what python models define, shown in /metrics
         self.response_cache = response_cache  # --cache-config; models enable it in their config
         repository.services = ServerServices(
-            DataPlaneCalls(self), self.custom_metrics, response_cache
+            DataPlaneCalls(self), self.custom_metrics, response_cache, rate_limiter
         )
 
     # -- health and metadata ------------------------------------------------------------------

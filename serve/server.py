@@ -22,6 +22,7 @@ from serve.http.limits import HttpLimits
 from serve.log_settings import LogSettings
 from serve.model.response_cache import ResponseCache
 from serve.repository.manager import ModelRepository
+from serve.scheduler.rate_limiter import RateLimiter
 from serve.server_options import EndpointOptions, ServerOptions
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> Da
         log_settings=logs,
         trace_defaults=options.trace,
         response_cache=None if options.cache is None else ResponseCache(options.cache),
+        rate_limiter=RateLimiter(options.rate_limit, options.rate_limit_resources),
     )
 
 

@@ -11,6 +11,7 @@ from serve.http.limits import HttpLimits
 from serve.model.response_cache import CacheSettings
 from serve.repository.manager import ControlMode
 from serve.restricted import RestrictedApis
+from serve.scheduler.rate_limiter import ResourceCount
 from serve.trace.settings import DEFAULTS, TraceValues
 
 
@@ -54,3 +55,5 @@ class ServerOptions:
     log_file: str = ""  # "" : stderr (tritonserver --log-file)
     trace: TraceValues = DEFAULTS  # the global trace settings (tritonserver --trace-config)
     cache: CacheSettings | None = None  # the response cache (tritonserver --cache-config)
+    rate_limit: str = "off"  # tritonserver --rate-limit: off | execution_count
+    rate_limit_resources: tuple[ResourceCount, ...] = ()  # --rate-limit-resource

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -23,6 +23,7 @@ from serve.scheduler.base import Scheduler
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
+from serve.scheduler.rate_limiter import InstanceNeeds, RateLimiter
 from serve.scheduler.sequence_batcher import SequenceBatcher
 from serve.scheduler.sequence_inputs import SequenceInputs
 from serve.scheduler.statistics import ModelStatistics
@@ -35,6 +36,7 @@ class PlannedInstance:
     name: str
     kind: str
     device_id: int
+    group: mc.ModelInstanceGroup = field(default_factory=mc.ModelInstanceGroup)
 
 
 def plan_instances(
@@ -67,7 +69,8 @@ def plan_instances(
         count = group.count or backend.default_instance_count(kind)
         placed = [device for device in devices for _ in range(count)]
         planned += [
-            PlannedInstance(f"{group_name}_{i}", kind, device) for i, device in enumerate(placed)
+            PlannedInstance(f"{group_name}_{i}", kind, device, group)
+            for i, device in enumerate(placed)
         ]
     return planned
 
@@ -95,6 +98,7 @@ class ServerServices:
     model_calls: ModelCalls | None = None
     custom_metrics: CustomMetrics | None = None
     response_cache: ResponseCache | None = None  # --cache-config; used where a model enables it
+    rate_limiter: RateLimiter | None = None  # --rate-limit; instances hold their resources
 
 
 async def load_model_version(
@@ -138,7 +142,13 @@ async def load_model_version(
             instance = backend.create_instance(context)
             instances.append(instance)
             await asyncio.to_thread(instance.load)
-            workers.append(InstanceWorker(instance, loop))
+            worker = InstanceWorker(instance, loop)
+            limiter = services.rate_limiter
+            if limiter is not None and limiter.enabled:
+                needs = InstanceNeeds.of(planned.group, planned.device_id)
+                limiter.admit(needs)
+                worker.limits = (limiter, needs)
+            workers.append(worker)
         if config.model_warmup:
             await asyncio.to_thread(run_warmup, config, model_dir, workers)
     except BaseException:

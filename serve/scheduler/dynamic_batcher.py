@@ -136,7 +136,26 @@ class DynamicBatcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            self._dispatch(batch)
+            worker = self._take_worker()
+            if worker is None:
+                return  # the rate limiter calls _schedule again when resources come free
+            self._dispatch(batch, worker)
+
+    def _take_worker(self) -> InstanceWorker | None:
+        """An idle instance to run the next batch; under a rate limiter, one whose resources
+        it could take (None: it waits for a release, its batch still queued)."""
+        limits = self._idle[-1].limits
+        if limits is None:
+            return self._idle.pop()
+        limiter = limits[0]
+        holders = [(worker, worker.limits[1]) for worker in self._idle if worker.limits]
+        chosen = limiter.acquire(holders)
+        if chosen is None:
+            limiter.wait(self._schedule, limiter.chances(holders))
+            return None
+        worker = next(w for w in self._idle if w is chosen)
+        self._idle.remove(worker)
+        return worker
 
     def _next_batch(self) -> list[_Pending] | None:
         """The batch to send now, or None to wait (with a timer or loop pass arranged)."""
@@ -200,8 +219,7 @@ class DynamicBatcher:
         self._timer = None
         self._schedule()
 
-    def _dispatch(self, batch: list[_Pending]) -> None:
-        worker = self._idle.pop()
+    def _dispatch(self, batch: list[_Pending], worker: InstanceWorker) -> None:
         now = time.monotonic_ns()
         for pending in batch:
             queue = self._delayed if pending.level < 0 else self._queues[pending.level]
@@ -225,6 +243,8 @@ class DynamicBatcher:
     ) -> None:
         self._idle.append(worker)
         self._in_flight -= 1
+        if worker.limits is not None:
+            worker.limits[0].release(worker.limits[1])  # waiting instances first, by priority
         self._schedule()  # keep the instance busy before spending time on responses
         now = time.monotonic_ns()
         self._stats.record_execution(
