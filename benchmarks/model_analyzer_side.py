@@ -56,7 +56,6 @@ import csv
 import datetime
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -64,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from peer import ROOT, check_outputs, free_port, install, run_main, triton
+from peer import ROOT, check_outputs, free_port, install, run_main, stop_group, triton
 from python_models import ORT_TOLERANCE, build_bundled, reference, write_python_repository
 
 from common.atomic import write_text_atomic
@@ -74,7 +73,6 @@ from gate.machine import describe_machine
 BUDGETS_MS = {"digits": 10.0, "resnet18": 150.0}
 MODES = ("quick", "optuna")
 RESULTS = ROOT / "benchmarks" / "results"
-GROUP_STOP_GRACE_S = 40.0
 MODEL_ANALYZER = "triton-model-analyzer 1.58.0"
 TRITON = "tritonserver 2.51.0 (nvidia-pytriton 0.7.0), python backend"
 # What --smoke changes in Model Analyzer's settings: a few small configs, low concurrency
@@ -217,28 +215,6 @@ def stop_strays(triton: Path, scratch: Path) -> None:
         if arguments[0].startswith(installed) and any(marker in a for a in arguments):
             with contextlib.suppress(psutil.Error):
                 process.kill()
-
-
-def stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to what is left of the process group `process` leads, SIGKILL after a grace
-    period (tritonserver waits up to 30 s for requests in flight)."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:  # the group ended with Model Analyzer
-        process.wait()
-        return
-    deadline = time.monotonic() + GROUP_STOP_GRACE_S
-    while time.monotonic() < deadline:
-        process.poll()  # reaped, Model Analyzer itself no longer counts as a member
-        try:
-            os.killpg(process.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    else:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 def read_measurements(run_dir: Path) -> list[dict[str, Any]]:

@@ -4,8 +4,10 @@ checking outputs with tritonclient, one perf_analyzer run, and the median/range 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import http.client
+import os
 import re
 import signal
 import socket
@@ -38,6 +40,8 @@ START_TIMEOUT_S = 120.0
 # Our server starts gRPC right after HTTP; no line within this time means it has no gRPC endpoint.
 GRPC_LINE_WAIT_S = 10.0
 UNSTABLE = "Failed to obtain stable measurement"
+# tritonserver waits up to 30 s for requests in flight before it exits.
+GROUP_STOP_GRACE_S = 40.0
 
 
 @dataclass(frozen=True)
@@ -146,9 +150,12 @@ def wait_until_ready(
 
 
 @contextmanager
-def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
-    """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`; stopped on exit."""
-    command = triton_command(wrapper, repository, free_port())
+def triton(
+    wrapper: Path, repository: Path, log: Path, extra: Sequence[str] = ()
+) -> Iterator[Server]:
+    """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`, with Triton's
+    own flags `extra` (e.g. --model-control-mode explicit); stopped on exit."""
+    command = [*triton_command(wrapper, repository, free_port()), *extra]
     with log.open("wb") as out:
         process = subprocess.Popen(tied_command(command), stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -188,6 +195,30 @@ def ours(
         yield Server(name, process, log, urls)
     finally:
         stop_serve_process(process)
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to what is left of the process group `process` leads (a tool started with
+    start_new_session=True, e.g. Model Analyzer or the tuner, and the servers and clients it
+    started), SIGKILL after a grace period (tritonserver waits up to 30 s for requests in
+    flight)."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:  # the group ended with its leader
+        process.wait()
+        return
+    deadline = time.monotonic() + GROUP_STOP_GRACE_S
+    while time.monotonic() < deadline:
+        process.poll()  # reaped, the leader itself no longer counts as a member
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def check_outputs(
