@@ -40,6 +40,8 @@ START_TIMEOUT_S = 120.0
 # Our server starts gRPC right after HTTP; no line within this time means it has no gRPC endpoint.
 GRPC_LINE_WAIT_S = 10.0
 UNSTABLE = "Failed to obtain stable measurement"
+# A window without a completed request (a slow model on a busy machine): no figure either.
+NO_REQUESTS = "No valid requests recorded within time interval"
 # tritonserver waits up to 30 s for requests in flight before it exits.
 GROUP_STOP_GRACE_S = 40.0
 
@@ -271,7 +273,8 @@ def perf_analyzer(
     cell: str,
     flags: Sequence[str] = (),
 ) -> Run | None:
-    """One perf_analyzer measurement; None when it found no stable windows (a busy machine)."""
+    """One perf_analyzer measurement; None when it found no stable windows, or a window
+    without a completed request (a busy machine)."""
     csv_path = scratch / f"{server.name}-{cell.replace(' ', '-')}-c{concurrency}.csv"
     command = [
         str(binary),
@@ -282,7 +285,9 @@ def perf_analyzer(
         *("-f", str(csv_path)),
     ]
     result = subprocess.run(tied_command(command), capture_output=True, text=True, timeout=600)
-    if result.returncode != 0 and UNSTABLE in result.stdout + result.stderr:
+    if result.returncode != 0 and any(
+        text in result.stdout + result.stderr for text in (UNSTABLE, NO_REQUESTS)
+    ):
         return None
     # An interrupted perf_analyzer exits 0 without writing its CSV.
     if result.returncode != 0 or not csv_path.is_file():
