@@ -196,6 +196,10 @@ def measure_round(
     try:
         if check:
             inputs, expected = reference(model)
+            # no more rows than the config's max_batch_size accepts (Model Analyzer tries 1)
+            rows = item.config.max_batch_size or None
+            inputs = {name: value[:rows] for name, value in inputs.items()}
+            expected = {name: value[:rows] for name, value in expected.items()}
             check_outputs(server, settings.protocol, item.name, inputs, expected, ORT_TOLERANCE)
 
         def measure_at(concurrency: int) -> Run | None:
