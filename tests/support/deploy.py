@@ -177,7 +177,7 @@ class KServeChecker:
         key = (document.get("apiVersion"), document.get("kind"))
         if key not in KSERVE_KINDS:
             raise KServeSchemaError(f"not a KServe kind checked here: {key}")
-        return self._build(document, KSERVE_KINDS[key], document["kind"])  # type: ignore[index]
+        return self._build(document, KSERVE_KINDS[key], document["kind"])
 
     def _build(self, data: Any, type_name: str, path: str) -> Any:
         if type_name.startswith("list["):
