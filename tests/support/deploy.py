@@ -44,6 +44,7 @@ from referencing import Registry, Resource
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = PROJECT_ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
+DOCKERIGNORE = DEPLOY / "Dockerfile.dockerignore"
 KUBERNETES = DEPLOY / "kubernetes"
 KSERVE = DEPLOY / "kserve"
 ADAPTER_RULES = DEPLOY / "prometheus-adapter" / "rules.yaml"
@@ -275,6 +276,8 @@ class DockerfileFacts:
     cmd: tuple[str, ...]
     healthcheck: tuple[str, ...]
     """the HEALTHCHECK's CMD (exec form)"""
+    copied: tuple[str, ...]
+    """the sources of every COPY from the build context (not --from another stage)"""
 
     @property
     def entry_command(self) -> tuple[str, ...]:
@@ -307,6 +310,10 @@ def read_dockerfile(path: Path = DOCKERFILE) -> DockerfileFacts:
             for pair in shlex.split(instruction["value"]):
                 key, _, value = pair.partition("=")
                 env[key] = value
+    copied = []
+    for instruction in parser.structure:
+        if instruction["instruction"] == "COPY" and "--from=" not in instruction["value"]:
+            copied.extend(instruction["value"].split()[:-1])
     return DockerfileFacts(
         base_images=tuple(parser.parent_images),
         user=last("USER"),
@@ -315,6 +322,7 @@ def read_dockerfile(path: Path = DOCKERFILE) -> DockerfileFacts:
         entrypoint=_exec_form(last("ENTRYPOINT"), "ENTRYPOINT"),
         cmd=_exec_form(last("CMD"), "CMD"),
         healthcheck=_exec_form(healthcheck_cmd, "HEALTHCHECK CMD"),
+        copied=tuple(copied),
     )
 
 

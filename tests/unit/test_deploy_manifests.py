@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,11 @@ import pytest
 from tests.support.deploy import (
     ADAPTER_RULES,
     DOCKERFILE,
+    DOCKERIGNORE,
     KSERVE,
     KUBERNETES,
     KUBERNETES_VERSIONS,
+    PROJECT_ROOT,
     Document,
     KServeChecker,
     KServeSchemaError,
@@ -52,6 +55,7 @@ KSERVE_DOCUMENTS = [
     for path, document in all_documents(KSERVE)
     for version in KUBERNETES_VERSIONS
 ]
+PYPROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())
 HEALTH_LIVE = "/v2/health/live"
 HEALTH_READY = "/v2/health/ready"
 
@@ -301,6 +305,26 @@ def test_the_entry_command_serves_the_repository_on_every_interface() -> None:
         assert flag_value(entry, f"--{endpoint}-address") == "0.0.0.0"
     ports = tuple(int(flag_value(entry, f"--{e}-port")) for e in ("http", "grpc", "metrics"))
     assert ports == facts.exposed == (8000, 8001, 8002)
+
+
+def test_the_image_copies_what_pip_install_reads_and_the_context_holds_only_that() -> None:
+    copied = read_dockerfile().copied
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    expected = {
+        "pyproject.toml",
+        PYPROJECT["project"]["readme"],
+        *(p.rstrip("*") for p in packages),
+    }
+    assert set(copied) == expected, "the COPY lines and pyproject.toml's packages differ"
+    assert all((PROJECT_ROOT / source).exists() for source in copied)
+    lines = [
+        line
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*", "the context is an allow-list"
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    assert allowed == expected
 
 
 def test_the_healthcheck_asks_the_readiness_route_of_the_http_port() -> None:
