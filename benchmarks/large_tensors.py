@@ -9,9 +9,11 @@ onnxruntime in-process on the same input as the ceiling.
 
 The servers start once on free 127.0.0.1 ports; every server's output is checked with
 tritonclient first. Prints every run, then per cell each server's median [range] infer/s and
-p95, and the ratios ours / before and ours / triton of the median throughputs, with the load
-average before and after (the machine may be shared). Installs perf_analyzer on first use;
-Triton only with --install-triton (scripts/install_triton_peer.sh), else when already there.
+p95 and server CPU seconds per 1,000 requests (its whole process tree), and the ratios
+ours / before and ours / triton of the median throughputs, with the load average before and
+after (the machine may be shared: CPU per request moves less with the load than throughput).
+Installs perf_analyzer on first use; Triton only with --install-triton
+(scripts/install_triton_peer.sh), else when already there.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from peer import (
     triton,
     worktree,
 )
+from usage import UsageMonitor
 
 DEFAULT_BEFORE = "ca8a635"  # the revision before issue 32
 TRITON_WRAPPER = ROOT / ".cache" / "triton-peer" / "bin" / "tritonserver"
@@ -67,14 +70,15 @@ def _triton_wrapper(install_it: bool) -> Path | None:
     if install_it:
         return install("install_triton_peer.sh")
     if TRITON_WRAPPER.is_file():
-        check = subprocess.run(["bash", str(ROOT / "scripts" / "install_triton_peer.sh")])
+        script = ROOT / "scripts" / "install_triton_peer.sh"  # checks the libraries resolve
+        check = subprocess.run(["bash", str(script)], capture_output=True, timeout=900)
         return TRITON_WRAPPER if check.returncode == 0 else None
     return None
 
 
-def _summary(runs: list[Run], servers: list[str]) -> None:
+def _summary(runs: list[Run], cpu: dict[Run, float], servers: list[str]) -> None:
     print()
-    print("median [range] infer/s and p95 ms per cell; ratios of the median throughputs")
+    print("median [range] infer/s, p95 ms, server CPU s per 1,000 requests; ratios of medians")
     for cell, concurrency in sorted({(r.cell, r.concurrency) for r in runs}):
         medians: dict[str, float] = {}
         for name in servers:
@@ -84,10 +88,12 @@ def _summary(runs: list[Run], servers: list[str]) -> None:
                 continue
             rates = [r.infer_per_s for r in side]
             p95 = [r.p95_us / 1000 for r in side]
+            cpu_s = [cpu[r] for r in side if r in cpu]
             medians[name] = statistics.median(rates)
             print(
                 f"{cell} c{concurrency} {name:>7}: {median_range(rates, ',.0f')} infer/s, "
-                f"p95 {median_range(p95, '.2f')} ms, n={len(side)}"
+                f"p95 {median_range(p95, '.2f')} ms, CPU {median_range(cpu_s, '.3f')} s, "
+                f"n={len(side)}"
             )
         mine = medians.get("ours")
         ratios = [
@@ -118,6 +124,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     print(f"in-process onnxruntime, one request at a time: {in_process():,.0f} infer/s")
     runs: list[Run] = []
+    cpu: dict[Run, float] = {}
     with tempfile.TemporaryDirectory() as scratch_name, ExitStack() as stack:
         scratch = Path(scratch_name)
         large_model.write_model(scratch / "repository")
@@ -140,21 +147,25 @@ def main() -> None:
             for concurrency in args.concurrency:
                 for repeat in range(1, args.repeats + 1):
                     for server in servers:
-                        run = measure(
-                            args.attempts,
-                            f"{protocol} c{concurrency} #{repeat} {server.name:>7}",
-                            binary,
-                            server,
-                            large_model.NAME,
-                            protocol,
-                            concurrency,
-                            args.window_ms,
-                            scratch,
-                            protocol,
-                        )
+                        with UsageMonitor(server, large_model.NAME) as monitor:
+                            run = measure(
+                                args.attempts,
+                                f"{protocol} c{concurrency} #{repeat} {server.name:>7}",
+                                binary,
+                                server,
+                                large_model.NAME,
+                                protocol,
+                                concurrency,
+                                args.window_ms,
+                                scratch,
+                                protocol,
+                            )
                         if run is not None:
                             runs.append(run)
-    _summary(runs, [s.name for s in servers])
+                            usage = monitor.usage
+                            if usage is not None and usage.cpu_s_per_1000 is not None:
+                                cpu[run] = usage.cpu_s_per_1000
+    _summary(runs, cpu, [s.name for s in servers])
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 

@@ -139,26 +139,30 @@ _RAW_OUTPUT_TAG = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents
 
 def encode_infer_response_wire(
     response: InferResponse, request: InferRequest
-) -> list[bytes | memoryview]:
-    """The serialized ModelInferResponse as buffers, in order: what `encode_infer_response`
-    gives, serialized, with each output's bytes a view of its array when that is already
-    little-endian and contiguous."""
+) -> tuple[list[bytes | memoryview], int]:
+    """The serialized ModelInferResponse as buffers, in order, and their total length: what
+    `encode_infer_response` gives, serialized, with each output's bytes a view of its array
+    when that is already little-endian and contiguous."""
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version,
         id=response.id or request.id,
     )
     tail: list[bytes | memoryview] = []
+    total = 0
     for output in response.outputs:
         data = output.data
         message.outputs.add(name=output.name, datatype=output.datatype, shape=data.shape)
         raw: bytes | memoryview = b""
         if output.region is None:  # else written there; an empty entry keeps the order
             raw = _output_buffer(output.name, output.datatype, data)
-        tail += (_RAW_OUTPUT_TAG + _varint(len(raw)), raw)
+        tag = _RAW_OUTPUT_TAG + _varint(len(raw))
+        tail += (tag, raw)
+        total += len(tag) + len(raw)
     if response.parameters:
         encode_parameters(response.parameters, message.parameters)
-    return [message.SerializeToString(), *tail]
+    head = message.SerializeToString()
+    return [head, *tail], len(head) + total
 
 
 def _output_buffer(name: str, datatype: str, data: np.ndarray) -> bytes | memoryview:
@@ -209,7 +213,8 @@ def raw_input(name: str, datatype: str, shape: list[int], raw: bytes | memoryvie
             f"{datatype} needs {expected}"
         )
     array = np.frombuffer(raw, WIRE_DTYPES[datatype], count).reshape(shape)
-    array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
+    if type(raw) is not bytes:
+        array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
     return array
 
 

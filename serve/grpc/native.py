@@ -124,8 +124,7 @@ class _Infer:
         if trace is not None:
             trace.stamp("GRPC_SEND_START")
         try:
-            parts = encode_infer_response_wire(result, request)
-            total = sum(len(part) for part in parts)
+            parts, total = encode_infer_response_wire(result, request)
             call.respond(parts if total >= LARGE_ANSWER else b"".join(parts))
         except ServeError as exc:
             call.finish(_code(exc), exc.message)

@@ -277,7 +277,8 @@ def _decode_input(
         array = items.reshape(shape)
     else:
         array = np.frombuffer(body, WIRE_DTYPES[datatype], count, offset).reshape(shape)
-        array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
+        if type(body) is not bytes:
+            array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
     return name, datatype, array, end
 
 

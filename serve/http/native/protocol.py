@@ -66,10 +66,9 @@ _UPGRADE = b"upgrade"
 DIRECT_BODY_MIN = 1 << 16
 # The reused read buffer for request lines, headers and small bodies.
 READ_SIZE = 1 << 16
-# An answer whose body parts add up to at least this much is written without joining them.
-GATHER_MIN = 1 << 16
 
-# A body: bytes, or one buffer read in place (a memoryview); an answer's may be several buffers.
+# A body: bytes, or one buffer read in place (a memoryview); an answer's may be several buffers
+# (a large one: written with writelines, without joining them).
 Body = bytes | memoryview
 AnswerBody = bytes | list[bytes | memoryview]
 
@@ -481,6 +480,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         out: list[bytes | memoryview] = []
         written: list[Callable[[], None]] = []
         close = False
+        gather = False  # an answer's body is several buffers: write them without a join
         while pending:
             slot = pending[0]
             head = slot.head
@@ -490,17 +490,18 @@ class HttpConnection(asyncio.BufferedProtocol):
             if self._draining and not pending and not self._in_message:
                 slot.close = True  # the last answer owed before the server stops
             out.append(head)
-            _frame(slot, out)
+            if _frame(slot, out):
+                gather = True
             if slot.on_written is not None:
                 written.append(slot.on_written)
                 slot.on_written = None
             if slot.close:
                 close = True
                 break
-        if len(out) == 1:
+        if gather:
+            transport.writelines(out)
+        elif len(out) == 1:
             transport.write(out[0])
-        elif sum(len(part) for part in out) >= GATHER_MIN:
-            transport.writelines(out)  # a large body: its buffers are not joined first
         else:
             transport.write(b"".join(out))
         for on_written in written:
@@ -645,8 +646,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             self._close()
 
 
-def _frame(slot: ResponseSlot, out: list[bytes | memoryview]) -> None:
-    """Content-Length, Connection, the blank line and the body after the slot's head."""
+def _frame(slot: ResponseSlot, out: list[bytes | memoryview]) -> bool:
+    """Content-Length, Connection, the blank line and the body after the slot's head; True
+    when the body went in as several buffers."""
     body = slot.body
     length = slot.content_length
     if length != -2:  # 1xx, 204 and 304 answers carry neither Content-Length nor a body
@@ -663,6 +665,8 @@ def _frame(slot: ResponseSlot, out: list[bytes | memoryview]) -> None:
             out.append(body)
         else:
             out += body
+            return True
+    return False
 
 
 def _byte_buffer(size: int) -> memoryview:
