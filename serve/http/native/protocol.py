@@ -17,12 +17,14 @@ from the endpoint's sweep). Backpressure: reading stops while `MAX_PENDING` answ
 the transport asks to pause writing (the read clock stops with it).
 
 Large bodies without copies: the connection is an `asyncio.BufferedProtocol`. Request lines,
-headers and small bodies are read into one reused buffer and parsed by httptools; a body of at
-least `DIRECT_BODY_MIN` bytes announced by Content-Length gets a buffer of its size once its
-headers are read, and the socket is read straight into it (the parser is bypassed for those
-bytes and replaced by a fresh one after the body): the body is written once in user space, and
-the handler gets it as a memoryview. An answer's body may be several buffers (a large binary
-output's arrays): they go to the socket in one `writelines`, without joining them first.
+headers and small bodies are read into a read buffer and parsed by httptools (a buffer is
+taken for one read and given back once that read is parsed: the connections share a few, and
+an idle one holds none); a body of at least `DIRECT_BODY_MIN` bytes announced by
+Content-Length gets a buffer of its size once its headers are read, and the socket is read
+straight into it (the parser is bypassed for those bytes and replaced by a fresh one after the
+body): the body is written once in user space, and the handler gets it as a memoryview. An
+answer's body may be several buffers (a large binary output's arrays): they go to the socket
+in one `writelines`, without joining them first.
 """
 
 from __future__ import annotations
@@ -64,8 +66,13 @@ _UPGRADE = b"upgrade"
 
 # A Content-Length body at least this large is read straight into a buffer of its own.
 DIRECT_BODY_MIN = 1 << 16
-# The reused read buffer for request lines, headers and small bodies.
+# A read buffer for request lines, headers and small bodies.
 READ_SIZE = 1 << 16
+# Read buffers given back by their connection: an event loop reads one socket at a time, so
+# one buffer serves every connection (a client that falls behind may hold thousands of them
+# open); a loop that keeps several reads under way (proactor) leaves a few here.
+_spare_read_buffers: list[memoryview] = []
+_MAX_SPARE_READ_BUFFERS = 8
 
 # A body: bytes, or one buffer read in place (a memoryview); an answer's may be several buffers
 # (a large one: written with writelines, without joining them).
@@ -215,7 +222,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._reserved = 0  # of the budget, for the body being read
         self._wanted = 0  # asked of the budget and not granted yet: reading is paused
         self._parser = httptools.HttpRequestParser(self)
-        self._scratch = memoryview(bytearray(READ_SIZE))
+        self._reading: memoryview | None = None  # a read buffer taken for the read under way
         self._transport: asyncio.Transport | None = None
         self._pending: deque[ResponseSlot] = deque()
         self._lost: asyncio.Future[None] | None = None
@@ -256,6 +263,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             self._linger.cancel()
         self._stopped = True
         self._direct = None
+        if self._reading is not None:  # the read that found the close never reached buffer_updated
+            _give_back_read_buffer(self._reading)
+            self._reading = None
         self._return_budget()
         pending = list(self._pending)  # the request being read is in it, last
         self._pending.clear()
@@ -286,7 +296,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         direct = self._direct
         if direct is not None:
             return direct[self._direct_got :]
-        return self._scratch
+        if self._reading is None:
+            self._reading = _take_read_buffer()
+        return self._reading
 
     def buffer_updated(self, nbytes: int) -> None:
         self.active = True
@@ -298,7 +310,13 @@ class HttpConnection(asyncio.BufferedProtocol):
                 self.on_message_complete()
                 self._update_reading()
             return
-        self._feed(self._scratch[:nbytes])
+        reading, self._reading = self._reading, None
+        if reading is None:
+            raise RuntimeError("buffer_updated without get_buffer")
+        try:
+            self._feed(reading[:nbytes])
+        finally:
+            _give_back_read_buffer(reading)
 
     def data_received(self, data: bytes) -> None:
         """Bytes as a plain `asyncio.Protocol` gets them (tests feed a connection this way):
@@ -667,6 +685,17 @@ def _frame(slot: ResponseSlot, out: list[bytes | memoryview]) -> bool:
             out += body
             return True
     return False
+
+
+def _take_read_buffer() -> memoryview:
+    if _spare_read_buffers:
+        return _spare_read_buffers.pop()
+    return memoryview(bytearray(READ_SIZE))
+
+
+def _give_back_read_buffer(buffer: memoryview) -> None:
+    if len(_spare_read_buffers) < _MAX_SPARE_READ_BUFFERS:
+        _spare_read_buffers.append(buffer)
 
 
 def _byte_buffer(size: int) -> memoryview:
