@@ -91,7 +91,7 @@ async def _watch_disconnect(
 
 
 async def _respond(send: Any, answer: InferAnswer) -> None:
-    body = answer.body
+    body = answer.body if isinstance(answer.body, bytes) else b"".join(answer.body)
     headers = [(b"content-type", answer.content_type), (b"content-length", b"%d" % len(body))]
     if answer.json_length is not None:
         headers.append((HEADER_LENGTH_ASGI, b"%d" % answer.json_length))

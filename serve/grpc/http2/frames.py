@@ -80,7 +80,7 @@ def goaway(last_stream_id: int, error_code: int, debug: bytes = b"") -> bytes:
     return frame(GOAWAY, 0, 0, _U32.pack(last_stream_id) + _U32.pack(error_code) + debug)
 
 
-def read_u31(payload: bytes, offset: int = 0) -> int:
+def read_u31(payload: bytes | memoryview, offset: int = 0) -> int:
     return int(_U32.unpack_from(payload, offset)[0]) & 0x7FFF_FFFF
 
 

@@ -46,7 +46,8 @@ class AsgiBridge:
             "query_string": query,
             "headers": request.headers,
         }
-        task = asyncio.get_running_loop().create_task(self._call(scope, request.body, slot))
+        body = request.body if type(request.body) is bytes else bytes(request.body)
+        task = asyncio.get_running_loop().create_task(self._call(scope, body, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
