@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from common.invariant import present
 from serve.grpc.http2 import frames as f
 
 if TYPE_CHECKING:
@@ -301,8 +302,7 @@ class Call:
             self.finish(UNIMPLEMENTED, "a unary call needs one request message, got none")
             return
         request, self._request = self._request, None
-        unary = self._method.unary
-        assert unary is not None
+        unary = present(self._method.unary, "a unary call's method has a unary handler")
         try:
             unary(request, self)
         except Exception as exc:  # a method's bug must not take the connection down
@@ -324,8 +324,7 @@ class Call:
 
     def _stream_listener(self) -> StreamListener:
         if self._listener is None:
-            opener = self._method.open_stream
-            assert opener is not None
+            opener = present(self._method.open_stream, "a stream's method opens streams")
             self._listener = opener(self)
         return self._listener
 
