@@ -33,17 +33,19 @@ from serve.trace.settings import DEFAULTS, TraceValues
 from serve.trace.tracer import Tracer
 
 SERVER_NAME = "autotune"
+# Triton 2.51's list, in its order (generate is served but, as there, not listed).
 EXTENSIONS = [
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
-    "system_shared_memory",
-    "cuda_shared_memory",
     "trace",
     "logging",
 ]

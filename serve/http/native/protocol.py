@@ -58,6 +58,8 @@ _CONNECTION_KEEP_ALIVE = b"connection: keep-alive\r\n"
 _CONTENT_LENGTH = b"content-length: "
 _CONTENT_LENGTH_NAME = b"content-length"
 _CRLF = b"\r\n"
+_CHUNKED = b"transfer-encoding: chunked\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
 _EXPECT = b"expect"
 _TRANSFER_ENCODING = b"transfer-encoding"
 _JSON_HEADER = b"content-type: application/json\r\n"
@@ -155,6 +157,7 @@ class ResponseSlot:
         "keep_alive_header",
         "on_lost",
         "on_written",
+        "stream",
     )
 
     def __init__(self, connection: HttpConnection, close: bool, head_only: bool) -> None:
@@ -171,6 +174,7 @@ class ResponseSlot:
         self.on_written: Callable[[], None] | None = None
         # Set by a handler that answers later: the connection closed before the answer.
         self.on_lost: Callable[[], None] | None = None
+        self.stream: _Stream | None = None  # an answer sent in pieces (open_stream)
 
     def send(
         self,
@@ -192,6 +196,33 @@ class ResponseSlot:
         self.body = body
         self.content_length = -2 if status < 200 or status in _NO_BODY else content_length
         self.on_written = on_written
+        self._connection._answered(self)
+
+    def open_stream(self, status: int, headers: bytes) -> None:
+        """Answer in pieces (chunked transfer coding): the head now, each `push` as it comes
+        (written at once when this answer is first in line), `end_stream` last. Later answers
+        of the connection wait for the end."""
+        if self.head is not None:
+            raise RuntimeError("a request is answered once")
+        status_line = _STATUS_LINES.get(status) or _status_line(status)
+        self.head = status_line + headers
+        self.stream = _Stream()
+        self._connection._answered(self)
+
+    def push(self, data: bytes) -> None:
+        """One piece of a streamed answer (dropped once the connection is gone)."""
+        stream = self.stream
+        if stream is None or stream.ended:
+            raise RuntimeError("push needs an open stream")
+        if data:
+            stream.pieces.append(data)
+            self._connection._answered(self)
+
+    def end_stream(self) -> None:
+        stream = self.stream
+        if stream is None or stream.ended:
+            return
+        stream.ended = True
         self._connection._answered(self)
 
     def addresses(self) -> tuple[Address | None, Address | None]:
@@ -504,18 +535,35 @@ class HttpConnection(asyncio.BufferedProtocol):
             head = slot.head
             if head is None:
                 break
+            stream = slot.stream
+            if stream is not None:
+                if not stream.started:
+                    stream.started = True
+                    out += (head, _CHUNKED)
+                    if slot.close:
+                        out.append(_CONNECTION_CLOSE)
+                    out.append(_CRLF)
+                for piece in stream.pieces:
+                    out += (b"%x\r\n" % len(piece), piece, _CRLF)
+                stream.pieces.clear()
+                if not stream.ended:
+                    break  # the answers behind it wait for its end
+                out.append(_LAST_CHUNK)
             pending.popleft()
             if self._draining and not pending and not self._in_message:
                 slot.close = True  # the last answer owed before the server stops
-            out.append(head)
-            if _frame(slot, out):
-                gather = True
+            if stream is None:
+                out.append(head)
+                if _frame(slot, out):
+                    gather = True
             if slot.on_written is not None:
                 written.append(slot.on_written)
                 slot.on_written = None
             if slot.close:
                 close = True
                 break
+        if not out:
+            return
         if gather:
             transport.writelines(out)
         elif len(out) == 1:
@@ -662,6 +710,17 @@ class HttpConnection(asyncio.BufferedProtocol):
         except TimeoutError:
             log.warning("HTTP: closing a connection with %d answers owed", len(self._pending))
             self._close()
+
+
+class _Stream:
+    """A streamed answer's pieces not written yet, and where it stands."""
+
+    __slots__ = ("ended", "pieces", "started")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.started = False  # its head is written: pieces go out as they come
+        self.ended = False
 
 
 def _frame(slot: ResponseSlot, out: list[bytes | memoryview]) -> bool:
