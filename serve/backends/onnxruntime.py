@@ -34,6 +34,9 @@ DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=default-max-batch-size d
 
 
 def session_options(config: mc.ModelConfig, source: str) -> ort.SessionOptions:
+    """The onnxruntime SessionOptions a model's config asks for: its thread, execution-mode and
+    memory-arena `parameters` (ServeError naming `source` for a bad value) and its graph
+    optimization level; onnxruntime's defaults for what it leaves out."""
     options = ort.SessionOptions()
     parameters = ConfigParameters(config, source)
     intra = parameters.integer("intra_op_thread_count", minimum=0)
@@ -172,6 +175,10 @@ def default_engine_cache() -> Path:
 
 
 class OnnxRuntimeInstance(ModelInstance):
+    """One InferenceSession. A batching model's requests run as one `session.run` on their inputs
+    concatenated along the batch dimension; an onnxruntime error fails every request of the batch.
+    Quick batches may run on the event loop's thread (it waits on nothing else)."""
+
     inline_when_quick = True
 
     def __init__(self, context: InstanceContext) -> None:
@@ -303,6 +310,9 @@ def require_gpu_session(session: ProviderSession, asked: Sequence[Any], where: s
 
 
 class OnnxRuntimeBackend(Backend):
+    """Models of platform onnxruntime_onnx (`model.onnx`); two instances per CPU group by default,
+    as Triton."""
+
     name = "onnxruntime"
     default_model_filename = "model.onnx"
     platforms = ("onnxruntime_onnx",)
