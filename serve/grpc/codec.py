@@ -110,6 +110,8 @@ def decode_infer_request(
 
 
 def encode_infer_response(response: InferResponse, request: InferRequest) -> pb.ModelInferResponse:
+    """`response` as a ModelInferResponse, every output in raw_output_contents (an empty entry for
+    one written to a shared-memory region); the id is the request's when the response has none."""
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version,

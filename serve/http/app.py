@@ -41,6 +41,9 @@ def _json_body(request: ControlRequest) -> dict[str, Any]:
 
 
 def build_control_plane(dataplane: DataPlane) -> Router:
+    """The router of every HTTP route but POST .../infer (health, metadata, configs, statistics,
+    generate, the repository, trace and log settings, shared memory), each handler delegating to
+    `dataplane`."""
     app = Router()
 
     async def server_metadata(_: ControlRequest) -> Answer:

@@ -188,6 +188,7 @@ def encode_infer_response_parts(
 
 
 def encode_error(message: str) -> bytes:
+    """The body of every HTTP error answer: `{"error": message}`, as Triton writes it."""
     return orjson.dumps({"error": message})
 
 

@@ -28,6 +28,9 @@ Outcome = tuple[InferResponse | ServeError | None, bool]
 
 
 def add_generate_routes(app: Router, dataplane: DataPlane) -> None:
+    """Add POST .../generate and .../generate_stream (with and without a version) to `app`, each
+    request submitted to `dataplane` as a stream of responses."""
+
     def request_of(control: ControlRequest) -> InferRequest:
         model = control.params["model"]
         version = control.params.get("version", "")

@@ -70,6 +70,7 @@ class InferAnswer:
 
 
 def error_answer(error: ServeError) -> InferAnswer:
+    """The infer answer for `error`: its kind's HTTP status and the JSON error body."""
     return InferAnswer(HTTP_STATUS[error.kind], encode_error(error.message))
 
 

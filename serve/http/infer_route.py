@@ -27,6 +27,9 @@ ASGIApp = Any
 
 
 class InferRoute:
+    """The ASGI application of the uvicorn front end: POST .../infer answered here, every other
+    request passed on to the control plane."""
+
     def __init__(self, dataplane: DataPlane, control_plane: ASGIApp) -> None:
         self._dataplane = dataplane
         self._control_plane = control_plane

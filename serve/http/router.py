@@ -31,6 +31,9 @@ _JSON = b"application/json"
 
 @dataclass(frozen=True, slots=True)
 class Answer:
+    """What a control-plane handler returns: a status, a body (or a stream of pieces), its content
+    type and any further headers."""
+
     status: int = 200
     body: bytes = b""
     content_type: bytes | None = None
@@ -41,6 +44,9 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class ControlRequest:
+    """What a control-plane handler gets: the method, the path's parameters by name and the whole
+    body."""
+
     method: str
     params: dict[str, str]
     body: bytes
@@ -50,6 +56,7 @@ Handler = Callable[[ControlRequest], Awaitable[Answer]]
 
 
 def error_answer(status: int, message: str) -> Answer:
+    """An error as the control plane answers it: `status` and the JSON error body."""
     return Answer(status, encode_error(message), _JSON)
 
 

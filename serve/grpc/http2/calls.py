@@ -72,6 +72,9 @@ Router = Callable[[bytes], RpcMethod | None]  # ':path' -> method, None when unk
 
 
 class Trailers:
+    """A call's status trailers (an HPACK block), queued behind its pending DATA so that they are
+    sent only once everything before them has been."""
+
     __slots__ = ("block",)
 
     def __init__(self, block: bytes) -> None:

@@ -25,6 +25,10 @@ _FRAMING = {b"content-length", b"transfer-encoding", b"connection"}
 
 
 class AsgiBridge:
+    """Runs the control plane's ASGI application for requests of the native front end, each in a
+    task of its own, its answer handed to the request's slot; `wait` lets them finish at
+    shutdown."""
+
     def __init__(self, app: ASGIApp) -> None:
         self._app = app
         self._tasks: set[asyncio.Task[None]] = set()
