@@ -42,6 +42,9 @@ class SeriesView:
 
 @dataclass(frozen=True, slots=True)
 class FamilyView:
+    """One family at a moment, as /metrics shows it: its name, description, kind (counter, gauge or
+    histogram) and its metrics."""
+
     name: str
     description: str
     kind: str

@@ -73,6 +73,10 @@ def _file_contents(key: str, value: Any) -> bytes:
 
 
 class DataPlane:
+    """One per server: every transport calls it with plain values and gets plain values back, or a
+    ServeError. It holds what is server-wide (model repository, shared-memory regions, trace
+    and log settings, custom metrics, response cache); it is called on the event loop's thread."""
+
     def __init__(
         self,
         repository: ModelRepository,

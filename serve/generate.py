@@ -120,4 +120,6 @@ def generate_answer(response: InferResponse) -> bytes:
 
 
 def generate_error(message: str) -> bytes:
+    """The JSON body an error is answered with on the generate routes: `{"error": message}`, as
+    Triton writes it."""
     return json.dumps({"error": message}).encode()

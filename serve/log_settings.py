@@ -32,6 +32,9 @@ LogValue = bool | int | str
 
 @dataclass(frozen=True, slots=True)
 class LogValues:
+    """One state of the logging settings, under Triton's names; the defaults are the server's
+    without log flags (everything but verbose to stderr, default format)."""
+
     log_file: str = ""
     log_info: bool = True
     log_warning: bool = True

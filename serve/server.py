@@ -158,6 +158,8 @@ def _native_http(
 
 
 def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> DataPlane:
+    """The DataPlane `options` describe, over a repository not yet started (nothing is loaded until
+    `repository.start`)."""
     repository = ModelRepository(
         options.model_repository, options.control_mode, options.poll_seconds
     )

@@ -24,6 +24,9 @@ Resolver = Callable[[str, str], ServedModel]
 
 
 class EnsembleVersion:
+    """An ensemble as the repository serves it (a `ServedModel`): runs no instances of its own, each
+    request goes through its steps on the composing models' schedulers. Never decoupled."""
+
     decoupled = False
 
     def __init__(

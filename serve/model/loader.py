@@ -33,6 +33,9 @@ log = logging.getLogger("serve.loader")
 
 @dataclass(frozen=True, slots=True)
 class PlannedInstance:
+    """One instance to create: its name (Triton's `<group>_<index>`), the kind it really runs on
+    (KIND_AUTO resolved) and its GPU."""
+
     name: str
     kind: str
     device_id: int
@@ -87,6 +90,8 @@ def _group_devices(group: mc.ModelInstanceGroup, visible: Sequence[int], where: 
 
 
 def model_file(config: mc.ModelConfig, model_dir: Path, version: int, backend: Backend) -> Path:
+    """Where version `version`'s model file is: the config's `default_model_filename`, else the
+    backend's, in the version's folder. Not checked to exist."""
     filename = config.default_model_filename or backend.default_model_filename
     return model_dir / str(version) / filename
 

@@ -21,6 +21,9 @@ from serve.scheduler.statistics import ModelStatistics
 
 
 class ModelVersion:
+    """A version run by a backend (a `ServedModel`): its instances' workers, the scheduler that
+    batches for them, its statistics, and the response cache where it enables one."""
+
     def __init__(
         self,
         config: mc.ModelConfig,

@@ -32,6 +32,8 @@ _ENTRY_OVERHEAD = 64  # bytes counted per entry and per tensor besides the data
 
 @dataclass(frozen=True, slots=True)
 class CacheSettings:
+    """The server's response cache as `--cache-config` asks for it (`parse_cache_config`)."""
+
     size_bytes: int  # the local cache's capacity
 
 

@@ -22,6 +22,10 @@ from serve.model.classification import (
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
+    """An input or output of the config as requests are checked against it: its wire datatype, its
+    dims without the batch dimension (-1 where variable), its reshape and whether it is
+    optional."""
+
     name: str
     datatype: str  # wire name
     dims: tuple[int, ...]  # without the batch dimension

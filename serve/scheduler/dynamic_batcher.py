@@ -56,6 +56,10 @@ def _signature(request: InferRequest) -> tuple[object, ...]:
 
 
 class DynamicBatcher:
+    """The scheduler of a model version without sequence batching (and of each lane of strategy
+    oldest) over its instances' workers: `enqueue` a validated request, `close` at unload. Used
+    on the event loop's thread only."""
+
     def __init__(
         self,
         policy: BatchingPolicy,

@@ -35,6 +35,9 @@ class TimedRequest(Protocol):
 
 @dataclass(slots=True)
 class Duration:
+    """A count and the total nanoseconds of its occurrences, as Triton's statistics report each
+    duration."""
+
     count: int = 0
     ns: int = 0
 
@@ -48,6 +51,9 @@ class Duration:
 
 @dataclass(slots=True)
 class BatchSizeStats:
+    """The compute durations of the batches of one size (Triton's batch_stats entry for that batch
+    size)."""
+
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
