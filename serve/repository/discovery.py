@@ -10,7 +10,14 @@ from serve.backends.registry import DEFAULT_MODEL_FILENAMES, backend_name, get_b
 from serve.config.ensemble import composing_models, is_ensemble
 from serve.config.model_config import CONFIG_FILENAME, read_config_file
 from serve.config.validate import validate_config
-from serve.errors import ServeError
+from serve.errors import ErrorKind, ServeError
+
+
+class NoVersionError(ServeError):
+    """No version folder of a model matches its version policy."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorKind.UNAVAILABLE, message)
 
 
 def model_directories(repository: Path) -> list[Path]:
@@ -90,7 +97,7 @@ def prepare_config(
 def _versions(config: mc.ModelConfig, model_dir: Path, available: list[int]) -> list[int]:
     versions = select_versions(config, available)
     if not versions:
-        raise ServeError.unavailable(
+        raise NoVersionError(
             f"{model_dir}: no version folder matches the version policy "
             f"(found: {available or 'none'})"
         )
