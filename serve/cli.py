@@ -24,11 +24,13 @@ from serve.http.limits import (
     DEFAULT_READ_TIMEOUT_S,
     HttpLimits,
 )
+from serve.log_settings import FORMATS, LogValues
 from serve.repository.manager import ControlMode
 from serve.restricted import API_GROUPS, RestrictedApis
 from serve.server import serve_forever
 from serve.server_options import EndpointOptions, ServerOptions
 from serve.trace.settings import parse_trace_config
+from serve.triton_flags import ignored_flag_options, recorded_notices
 
 _PORT = click.IntRange(0, 65535)
 
@@ -52,6 +54,49 @@ def _endpoint_flags(kind: str, port: int, what: str) -> list[Any]:
     ]
 
 
+def deprecated_trace_flags(
+    file: str | None,
+    levels: tuple[str, ...],
+    rate: int | None,
+    count: int | None,
+    log_frequency: int | None,
+) -> list[str]:
+    """tritonserver's deprecated --trace-* flags as the --trace-config values they stand for
+    (given before any --trace-config, which then has the last word)."""
+    specs = [f"level={level}" for level in levels]
+    if file is not None:
+        specs.append(f"triton,file={file}")
+    if rate is not None:
+        specs.append(f"rate={rate}")
+    if count is not None:
+        specs.append(f"count={count}")
+    if log_frequency is not None:
+        specs.append(f"triton,log-frequency={log_frequency}")
+    return specs
+
+
+def backend_config_notices(specs: tuple[str, ...]) -> list[str]:
+    """One warning per --backend-config setting ([BACKEND,]SETTING=VALUE, as tritonserver
+    takes it); ValueError naming the value when it has no SETTING=VALUE."""
+    notices = []
+    for spec in specs:
+        backend, comma, pair = spec.partition(",")
+        if not comma:
+            backend, pair = "", spec
+        setting, equals, _ = pair.partition("=")
+        if not equals or not setting.strip():
+            raise ValueError(
+                f"--backend-config '{spec}': expected [BACKEND,]SETTING=VALUE, e.g. "
+                "python,shm-default-byte-size=1048576"
+            )
+        where = f"backend '{backend}'" if backend else "every backend"
+        notices.append(
+            f"--backend-config {spec}: no effect here (setting '{setting.strip()}' of {where}; "
+            "our backends take their settings from each model's config)"
+        )
+    return notices
+
+
 def _apply(flags: list[Any]) -> Any:
     def decorate(function: Any) -> Any:
         for flag in reversed(flags):
@@ -64,10 +109,13 @@ def _apply(flags: list[Any]) -> Any:
 @click.command("serve")
 @click.option(
     "--model-repository",
+    "--model-store",
     "model_repository",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     required=True,
-    help="The Triton model repository to serve.",
+    multiple=True,
+    help="A Triton model repository to serve. Repeatable: the models of every repository are "
+    "served; a name found in two of them is an error for that model, as in tritonserver.",
 )
 @_apply(_endpoint_flags("http", 8000, "KServe v2 HTTP"))
 @click.option(
@@ -210,10 +258,18 @@ def _apply(flags: list[Any]) -> Any:
 @click.option(
     "--exit-on-error",
     type=click.BOOL,
-    default=False,
+    default=True,
     show_default=True,
-    help="Exit (non-zero) when a model fails to load at start. Default false, unlike "
-    "tritonserver: a model that fails is UNAVAILABLE with its reason while the others serve.",
+    help="Exit (non-zero) when a model fails to load at start, as tritonserver does; false: a "
+    "model that fails is UNAVAILABLE with its reason while the others serve.",
+)
+@click.option(
+    "--exit-timeout-secs",
+    type=click.IntRange(min=0),
+    default=30,
+    show_default=True,
+    help="Seconds a stop (SIGINT, SIGTERM) waits for requests in flight; then the server "
+    "exits anyway (gRPC calls get 10 s at most).",
 )
 @click.option(
     "--strict-readiness",
@@ -240,14 +296,63 @@ def _apply(flags: list[Any]) -> Any:
     "be set here, not through the trace API.",
 )
 @click.option(
+    "--trace-file",
+    default=None,
+    help="Deprecated in tritonserver: the same as --trace-config triton,file=PATH.",
+)
+@click.option(
+    "--trace-level",
+    multiple=True,
+    help="Deprecated in tritonserver: the same as --trace-config level=LEVEL. Repeatable.",
+)
+@click.option(
+    "--trace-rate",
+    type=click.INT,
+    default=None,
+    help="Deprecated in tritonserver: the same as --trace-config rate=N.",
+)
+@click.option(
+    "--trace-count",
+    type=click.INT,
+    default=None,
+    help="Deprecated in tritonserver: the same as --trace-config count=N.",
+)
+@click.option(
+    "--trace-log-frequency",
+    type=click.INT,
+    default=None,
+    help="Deprecated in tritonserver: the same as --trace-config triton,log-frequency=N.",
+)
+@click.option(
     "--log-verbose",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="0: info; 1: more; 2: debug and access logs.",
 )
+@click.option("--log-info", type=click.BOOL, default=True, show_default=True, help="Log infos.")
+@click.option(
+    "--log-warning", type=click.BOOL, default=True, show_default=True, help="Log warnings."
+)
+@click.option("--log-error", type=click.BOOL, default=True, show_default=True, help="Log errors.")
+@click.option(
+    "--log-format",
+    type=click.Choice(list(FORMATS)),
+    default="default",
+    show_default=True,
+    help="ISO8601: lines stamped YYYY-MM-DDThh:mm:ss.sssZ in UTC.",
+)
+@click.option(
+    "--backend-config",
+    "backend_config",
+    multiple=True,
+    metavar="[BACKEND,]SETTING=VALUE",
+    help="tritonserver's backend settings; parsed, and each one logged as having no effect "
+    "here (the backends take their settings from each model's config). Repeatable.",
+)
+@_apply(ignored_flag_options())
 def serve_command(
-    model_repository: Path,
+    model_repository: tuple[Path, ...],
     allow_http: bool,
     http_port: int,
     http_address: str,
@@ -273,10 +378,21 @@ def serve_command(
     load_models: tuple[str, ...],
     repository_poll_secs: float,
     exit_on_error: bool,
+    exit_timeout_secs: int,
     strict_readiness: bool,
     log_file: str,
     trace_config: tuple[str, ...],
+    trace_file: str | None,
+    trace_level: tuple[str, ...],
+    trace_rate: int | None,
+    trace_count: int | None,
+    trace_log_frequency: int | None,
     log_verbose: int,
+    log_info: bool,
+    log_warning: bool,
+    log_error: bool,
+    log_format: str,
+    backend_config: tuple[str, ...],
 ) -> None:
     """Serve a Triton model repository over KServe v2 HTTP and gRPC, with Prometheus metrics."""
     tie_to_parent()  # a no-op unless a parent asked for it (the tuner, the gate, the tests)
@@ -290,11 +406,20 @@ def serve_command(
         grpc_restricted = RestrictedApis.parse(
             grpc_restricted_protocol, "--grpc-restricted-protocol"
         )
-        trace = parse_trace_config(trace_config)
+        trace = parse_trace_config(
+            [
+                *deprecated_trace_flags(
+                    trace_file, trace_level, trace_rate, trace_count, trace_log_frequency
+                ),
+                *trace_config,
+            ]
+        )
+        notices = [*backend_config_notices(backend_config)]
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    notices += recorded_notices(click.get_current_context())
     options = ServerOptions(
-        model_repository=model_repository,
+        model_repositories=list(model_repository),
         http=EndpointOptions(allow_http, http_address, http_port),
         grpc=EndpointOptions(allow_grpc, grpc_address, grpc_port),
         metrics=EndpointOptions(allow_metrics, metrics_address, metrics_port),
@@ -318,10 +443,18 @@ def serve_command(
         load_models=list(load_models),
         poll_seconds=repository_poll_secs,
         exit_on_error=exit_on_error,
+        exit_timeout_s=float(exit_timeout_secs),
         strict_readiness=strict_readiness,
-        log_verbose=log_verbose,
-        log_file=log_file,
+        logs=LogValues(
+            log_file=log_file,
+            log_info=log_info,
+            log_warning=log_warning,
+            log_error=log_error,
+            log_verbose_level=log_verbose,
+            log_format=log_format,
+        ),
         trace=trace,
+        notices=notices,
     )
     try:
         code = serve_forever(options)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from serve.grpc.limits import GrpcLimits
 from serve.http.limits import HttpLimits
+from serve.log_settings import LogValues
 from serve.repository.manager import ControlMode
 from serve.restricted import RestrictedApis
 from serve.trace.settings import DEFAULTS, TraceValues
@@ -22,7 +23,8 @@ class EndpointOptions:
 
 @dataclass(slots=True)
 class ServerOptions:
-    model_repository: Path
+    # tritonserver's --model-repository, repeatable: the models of all of them are served
+    model_repositories: list[Path]
     http: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8000))
     grpc: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8001))
     metrics: EndpointOptions = field(
@@ -47,8 +49,16 @@ class ServerOptions:
     control_mode: ControlMode = ControlMode.NONE
     load_models: list[str] = field(default_factory=list)
     poll_seconds: float = 15.0
-    exit_on_error: bool = False
+    exit_on_error: bool = True  # as tritonserver's
+    # how long a stop waits for requests in flight (tritonserver's --exit-timeout-secs)
+    exit_timeout_s: float = 30.0
     strict_readiness: bool = True
-    log_verbose: int = 0
-    log_file: str = ""  # "" : stderr (tritonserver --log-file)
+    # --log-file ("": stderr), --log-verbose, --log-info / -warning / -error, --log-format
+    logs: LogValues = field(default_factory=LogValues)
     trace: TraceValues = DEFAULTS  # the global trace settings (tritonserver --trace-config)
+    # warnings to log at start: tritonserver flags given that have no effect here
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def log_verbose(self) -> int:
+        return self.logs.log_verbose_level

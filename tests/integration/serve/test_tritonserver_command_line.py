@@ -1,0 +1,137 @@
+"""`autotune serve` started with a typical tritonserver command line: two model repositories,
+backend settings, thread and memory-pool sizes. It starts and serves the models of both
+repositories (tritonclient, HTTP and gRPC), and names each flag without effect in one warning
+line. A model name found in two repositories is an error for that model, as in tritonserver."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from common.serve_process import service_address, start_serve_process, stop_serve_process
+from tests.conftest import BUNDLED_REPOSITORY
+from tests.support.server_process import serving
+
+# flags scripts written for tritonserver pass, that have no effect here, as the log names them
+WITHOUT_EFFECT = [
+    "--backend-config onnxruntime,default-max-batch-size=8",
+    "--backend-config python,shm-default-byte-size=1048576",
+    "--http-thread-count 8",
+    "--pinned-memory-pool-byte-size 268435456",
+    "--cuda-memory-pool-byte-size 0:67108864",
+    "--grpc-infer-allocation-pool-size 16",
+]
+
+
+def _repository(root: Path, *names: str) -> Path:
+    """A repository holding the bundled `simple` model under each of `names`."""
+    root.mkdir(parents=True)
+    for name in names:
+        shutil.copytree(BUNDLED_REPOSITORY / "simple", root / name)
+        config = root / name / "config.pbtxt"
+        config.write_text(config.read_text().replace('"simple"', f'"{name}"'))
+    return root
+
+
+def _inputs(module: object, a: np.ndarray, b: np.ndarray) -> list[object]:
+    inputs = []
+    for name, value in (("INPUT0", a), ("INPUT1", b)):
+        tensor = module.InferInput(name, list(value.shape), "INT32")  # type: ignore[attr-defined]
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    return inputs
+
+
+def test_a_typical_tritonserver_command_line_serves(tmp_path: Path) -> None:
+    first = _repository(tmp_path / "first", "simple")
+    second = _repository(tmp_path / "second", "simple_copy")
+    flags = [
+        "--model-repository",
+        str(second),
+        "--backend-config=onnxruntime,default-max-batch-size=8",
+        "--backend-config",
+        "python,shm-default-byte-size=1048576",
+        "--http-thread-count",
+        "8",
+        "--pinned-memory-pool-byte-size=268435456",
+        "--cuda-memory-pool-byte-size=0:67108864",
+        "--grpc-infer-allocation-pool-size=16",
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+        "--model-control-mode=none",
+        "--log-verbose=0",
+        "--exit-timeout-secs=10",
+        "--grpc-use-ssl=false",
+    ]
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.int32)
+    with serving(first, tmp_path / "server.log", *flags) as server:
+        http = httpclient.InferenceServerClient(server.url)
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        assert http.is_server_ready() and grpc.is_server_ready()
+        for model in ("simple", "simple_copy"):  # one from each repository
+            answer = http.infer(model, _inputs(httpclient, a, b))
+            np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), a + b)
+            over_grpc = grpc.infer(model, _inputs(grpcclient, a, b))
+            np.testing.assert_array_equal(over_grpc.as_numpy("OUTPUT1"), a - b)
+        index = {entry["name"] for entry in http.get_model_repository_index()}
+        assert index == {"simple", "simple_copy"}
+        log = server.log()
+    warnings = [line for line in log.splitlines() if ": no effect here (" in line]
+    for flag in WITHOUT_EFFECT:
+        assert sum(f" {flag}: no effect here (" in line for line in warnings) == 1, flag
+    assert len(warnings) == len(WITHOUT_EFFECT)  # --grpc-use-ssl=false asks for nothing
+
+
+def test_a_model_in_two_repositories_is_not_served(tmp_path: Path) -> None:
+    first = _repository(tmp_path / "first", "simple")
+    second = _repository(tmp_path / "second", "simple", "other")
+    log = tmp_path / "server.log"
+    extra = ["--model-repository", str(second), "--exit-on-error", "false"]
+    process, url = start_serve_process(first, log, extra)
+    try:
+        http = httpclient.InferenceServerClient(url)
+        assert http.is_model_ready("other")
+        assert not http.is_model_ready("simple")
+        assert not http.is_server_ready()  # strict readiness: 'simple' should load
+        entries = {entry["name"]: entry for entry in http.get_model_repository_index()}
+        assert entries["simple"]["state"] == "UNAVAILABLE"
+        assert entries["simple"]["reason"] == "model appears in two or more repositories"
+        grpc = grpcclient.InferenceServerClient(service_address(log, process))
+        with pytest.raises(InferenceServerException, match="is not ready"):
+            grpc.infer("simple", [])
+    finally:
+        assert stop_serve_process(process) == 0
+
+
+def test_a_model_in_two_repositories_stops_a_server_that_exits_on_error(tmp_path: Path) -> None:
+    first = _repository(tmp_path / "first", "simple")
+    second = _repository(tmp_path / "second", "simple")
+    command = [sys.executable, "-m", "serve", "--model-repository", str(first)]
+    command += ["--model-repository", str(second), "--http-port", "0", "--grpc-port", "0"]
+    command += ["--metrics-port", "0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "model appears in two or more repositories" in result.stderr
+    assert "Started HTTPService" not in result.stderr
+
+
+def test_explicit_loads_find_a_model_in_any_repository(tmp_path: Path) -> None:
+    first = _repository(tmp_path / "first", "simple")
+    second = _repository(tmp_path / "second", "simple_copy")
+    extra = ["--model-repository", str(second), "--model-control-mode", "explicit"]
+    with serving(first, tmp_path / "server.log", *extra) as server:
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        grpc.load_model("simple_copy")
+        assert grpc.is_model_ready("simple_copy")
+        assert not grpc.is_model_ready("simple")
+        grpc.unload_model("simple_copy")
+        assert not grpc.is_model_ready("simple_copy")
