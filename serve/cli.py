@@ -394,7 +394,10 @@ def serve_command(
     log_format: str,
     backend_config: tuple[str, ...],
 ) -> None:
-    """Serve a Triton model repository over KServe v2 HTTP and gRPC, with Prometheus metrics."""
+    """Serve Triton model repositories over KServe v2 HTTP and gRPC, with Prometheus metrics.
+
+    Every other flag of tritonserver 2.51 is accepted too, and named in a warning line when it
+    asks for something this server does not do (docs/cli.md lists them)."""
     tie_to_parent()  # a no-op unless a parent asked for it (the tuner, the gate, the tests)
     mode = ControlMode(model_control_mode)
     if load_models and mode != ControlMode.EXPLICIT:
