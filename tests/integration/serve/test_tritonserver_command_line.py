@@ -8,6 +8,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +137,27 @@ def test_explicit_loads_find_a_model_in_any_repository(tmp_path: Path) -> None:
         assert not grpc.is_model_ready("simple")
         grpc.unload_model("simple_copy")
         assert not grpc.is_model_ready("simple_copy")
+
+
+def test_polling_follows_a_model_appearing_in_a_second_repository(tmp_path: Path) -> None:
+    first = _repository(tmp_path / "first", "simple")
+    second = _repository(tmp_path / "second", "other")
+    extra = ["--model-repository", str(second), "--model-control-mode", "poll"]
+    extra += ["--repository-poll-secs", "0.2", "--strict-readiness", "false"]
+    with serving(first, tmp_path / "server.log", *extra) as server:
+        http = httpclient.InferenceServerClient(server.url)
+        assert http.is_model_ready("simple") and http.is_model_ready("other")
+        shutil.copytree(first / "simple", second / "simple")  # now in two repositories
+        _wait(lambda: not http.is_model_ready("simple"), "the duplicate was never unloaded")
+        entries = {entry["name"]: entry for entry in http.get_model_repository_index()}
+        assert entries["simple"]["reason"] == "model appears in two or more repositories"
+        assert http.is_model_ready("other")
+        shutil.rmtree(second / "simple")  # unique again
+        _wait(lambda: http.is_model_ready("simple"), "the model was never loaded again")
+
+
+def _wait(condition: Callable[[], bool], failure: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.1)
