@@ -356,8 +356,8 @@ class ModelRepository:
                 raise ServeError.invalid(
                     f"failed to unload '{printable(name)}': {exc.message}"
                 ) from None
-            if not self._folders(name):
-                raise ServeError.not_found(f"failed to unload '{name}': no such model")
+            # nothing loaded under that name: nothing to do (tritonserver answers success too,
+            # for a model in no repository as well)
             return
         async with record.lock:
             versions = record.versions

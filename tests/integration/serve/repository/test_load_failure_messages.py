@@ -93,3 +93,16 @@ def test_an_unknown_load_parameter_fails_the_load(server: RunningServer) -> None
     assert response.status_code == 400
     assert "failed to load 'simple'" in response.json()["error"]
     assert "'colour'" in response.json()["error"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_unloading_a_model_never_loaded_succeeds_as_in_tritonserver(
+    server: RunningServer, protocol: str
+) -> None:
+    if protocol == "http":
+        client = httpclient.InferenceServerClient(server.url)
+    else:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.unload_model("missing")  # in no repository
+    client.unload_model("broken")  # in the repository, never loaded
+    assert client.is_model_ready("simple")
