@@ -222,6 +222,20 @@ def _apply(flags: list[Any]) -> Any:
 )
 @_apply(_endpoint_flags("metrics", 8002, "Prometheus metrics (/metrics)"))
 @click.option(
+    "--allow-cpu-metrics",
+    type=click.BOOL,
+    default=True,
+    show_default=True,
+    help="Serve nv_cpu_* metrics (CPU utilization and memory).",
+)
+@click.option(
+    "--allow-gpu-metrics",
+    type=click.BOOL,
+    default=True,
+    show_default=True,
+    help="Serve nv_gpu_* metrics where NVML finds a GPU.",
+)
+@click.option(
     "--metrics-address",
     default="127.0.0.1",
     show_default=True,
@@ -373,6 +387,8 @@ def serve_command(
     allow_metrics: bool,
     metrics_port: int,
     metrics_address: str,
+    allow_cpu_metrics: bool,
+    allow_gpu_metrics: bool,
     server_id: str,
     model_control_mode: str,
     load_models: tuple[str, ...],
@@ -426,6 +442,8 @@ def serve_command(
         http=EndpointOptions(allow_http, http_address, http_port),
         grpc=EndpointOptions(allow_grpc, grpc_address, grpc_port),
         metrics=EndpointOptions(allow_metrics, metrics_address, metrics_port),
+        cpu_metrics=allow_cpu_metrics,
+        gpu_metrics=allow_gpu_metrics,
         grpc_limits=GrpcLimits(
             max_message_bytes=grpc_max_message_bytes,
             max_streams=grpc_max_concurrent_streams,

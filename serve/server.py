@@ -135,7 +135,12 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
     if options.metrics.enabled:
         from serve.metrics.endpoint import build_metrics_app
 
-        metrics = build_metrics_app(dataplane.repository.loaded, dataplane.custom_metrics)
+        metrics = build_metrics_app(
+            dataplane.repository.loaded,
+            dataplane.custom_metrics,
+            cpu=options.cpu_metrics,
+            gpu=options.gpu_metrics,
+        )
         endpoints.append(
             _native_http(
                 "Metrics Service",

@@ -30,6 +30,8 @@ class ServerOptions:
     metrics: EndpointOptions = field(
         default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8002)
     )
+    cpu_metrics: bool = True  # nv_cpu_* (tritonserver's --allow-cpu-metrics)
+    gpu_metrics: bool = True  # nv_gpu_* where NVML finds a GPU (--allow-gpu-metrics)
     # message size, calls per connection, connections; grpcio's own default receive limit
     # (4 MiB) would refuse a batch of a few images, Triton's clients send up to 2 GiB - 1
     grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)

@@ -144,18 +144,6 @@ IGNORED_FLAGS: tuple[IgnoredFlag, ...] = (
     IgnoredFlag("--vertex-ai-default-model", _STR, "no Vertex AI endpoint is served"),
     # Metrics
     IgnoredFlag(
-        "--allow-gpu-metrics",
-        _BOOL,
-        "no nv_gpu_* metrics are collected here",
-        same_as_ours=(False,),
-    ),
-    IgnoredFlag(
-        "--allow-cpu-metrics",
-        _BOOL,
-        "no nv_cpu_* metrics are collected here",
-        same_as_ours=(False,),
-    ),
-    IgnoredFlag(
         "--metrics-interval-ms", _FLOAT, "metrics are read when /metrics is scraped, not polled"
     ),
     IgnoredFlag(

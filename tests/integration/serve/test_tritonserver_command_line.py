@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -161,3 +162,12 @@ def _wait(condition: Callable[[], bool], failure: str, timeout_s: float = 30.0) 
     while not condition():
         assert time.monotonic() < deadline, failure
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("allow", ["true", "false"])
+def test_allow_cpu_metrics_turns_the_nv_cpu_metrics_on_and_off(tmp_path: Path, allow: str) -> None:
+    repository = _repository(tmp_path / "repository", "simple")
+    with serving(repository, tmp_path / "server.log", "--allow-cpu-metrics", allow) as server:
+        text = httpx.get(f"http://{server.metrics_url}/metrics", timeout=10).text
+    assert ("nv_cpu_utilization" in text) is (allow == "true")
+    assert "nv_inference_request_success" in text
