@@ -25,6 +25,7 @@ from serve.http.limits import (
     HttpLimits,
 )
 from serve.log_settings import FORMATS, LogValues
+from serve.repository.discovery import check_config_name
 from serve.repository.manager import ControlMode
 from serve.restricted import API_GROUPS, RestrictedApis
 from serve.server import serve_forever
@@ -263,6 +264,12 @@ def _apply(flags: list[Any]) -> Any:
     help="With explicit control: a model to load at start ('*' for all).",
 )
 @click.option(
+    "--model-config-name",
+    default="",
+    help="A model whose folder holds configs/NAME.pbtxt is served with that config instead "
+    "of its config.pbtxt (the others with config.pbtxt), as in tritonserver.",
+)
+@click.option(
     "--repository-poll-secs",
     type=click.FloatRange(min=0.1),
     default=15.0,
@@ -392,6 +399,7 @@ def serve_command(
     server_id: str,
     model_control_mode: str,
     load_models: tuple[str, ...],
+    model_config_name: str,
     repository_poll_secs: float,
     exit_on_error: bool,
     exit_timeout_secs: int,
@@ -425,6 +433,7 @@ def serve_command(
         grpc_restricted = RestrictedApis.parse(
             grpc_restricted_protocol, "--grpc-restricted-protocol"
         )
+        check_config_name(model_config_name)
         trace = parse_trace_config(
             [
                 *deprecated_trace_flags(
@@ -463,6 +472,7 @@ def serve_command(
         control_mode=mode,
         load_models=list(load_models),
         poll_seconds=repository_poll_secs,
+        model_config_name=model_config_name,
         exit_on_error=exit_on_error,
         exit_timeout_s=float(exit_timeout_secs),
         strict_readiness=strict_readiness,

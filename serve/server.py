@@ -175,7 +175,10 @@ def _native_http(
 
 def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> DataPlane:
     repository = ModelRepository(
-        options.model_repositories, options.control_mode, options.poll_seconds
+        options.model_repositories,
+        options.control_mode,
+        options.poll_seconds,
+        options.model_config_name,
     )
     return DataPlane(
         repository,

@@ -51,6 +51,8 @@ class ServerOptions:
     control_mode: ControlMode = ControlMode.NONE
     load_models: list[str] = field(default_factory=list)
     poll_seconds: float = 15.0
+    # tritonserver's --model-config-name: a model with configs/<name>.pbtxt reads that one
+    model_config_name: str = ""
     exit_on_error: bool = True  # as tritonserver's
     # how long a stop waits for requests in flight (tritonserver's --exit-timeout-secs)
     exit_timeout_s: float = 30.0

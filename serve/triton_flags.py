@@ -53,12 +53,6 @@ IGNORED_FLAGS: tuple[IgnoredFlag, ...] = (
         same_as_ours=(False,),
     ),
     IgnoredFlag(
-        "--model-config-name",
-        _STR,
-        "every model reads its config.pbtxt",
-        same_as_ours=("", "config"),
-    ),
-    IgnoredFlag(
         "--model-load-thread-count",
         _INT,
         "models load concurrently on the server's event loop, their files read in threads",

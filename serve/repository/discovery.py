@@ -52,18 +52,40 @@ def _guess_backend(model_dir: Path, versions: list[int]) -> str:
     return ""
 
 
+def config_path(model_dir: Path, config_name: str = "") -> Path:
+    """The config file of a model: `configs/<config_name>.pbtxt` when a config name is given
+    and the model has that file (tritonserver's --model-config-name), else config.pbtxt."""
+    if config_name:
+        custom = model_dir / "configs" / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_dir / CONFIG_FILENAME
+
+
+def check_config_name(config_name: str) -> None:
+    """ValueError when `config_name` cannot name a file of a model's configs/ folder."""
+    if not config_name:
+        return
+    if any(c.isspace() for c in config_name) or "/" in config_name or config_name in (".", ".."):
+        raise ValueError(
+            f"--model-config-name '{config_name}': a config name is one file name, without "
+            "spaces or '/'"
+        )
+
+
 def prepare_config(
-    model_dir: Path, override: mc.ModelConfig | None = None
+    model_dir: Path, override: mc.ModelConfig | None = None, config_name: str = ""
 ) -> tuple[mc.ModelConfig, list[int], str]:
-    """The completed, validated config, the versions to serve and the config's source name."""
-    config_path = model_dir / CONFIG_FILENAME
+    """The completed, validated config, the versions to serve and the config's source name
+    (`config_name`: read configs/<config_name>.pbtxt where the model has it)."""
+    path = config_path(model_dir, config_name)
     if override is not None:
         config = mc.ModelConfig()
         config.CopyFrom(override)
         source = f"config override for model '{model_dir.name}'"
-    elif config_path.exists():
-        config = read_config_file(config_path)
-        source = str(config_path)
+    elif path.exists():
+        config = read_config_file(path)
+        source = str(path)
     else:
         config = mc.ModelConfig()
         source = f"{model_dir} (no {CONFIG_FILENAME}; auto-completed)"
@@ -104,11 +126,11 @@ def _versions(config: mc.ModelConfig, model_dir: Path, available: list[int]) -> 
     return versions
 
 
-def ensemble_steps_on_disk(model_dir: Path) -> list[str] | None:
+def ensemble_steps_on_disk(model_dir: Path, config_name: str = "") -> list[str] | None:
     """The models an ensemble on disk calls (None: not an ensemble, or a config that cannot be
     read; loading it reports why)."""
     try:
-        config = read_config_file(model_dir / CONFIG_FILENAME)
+        config = read_config_file(config_path(model_dir, config_name))
     except ServeError:
         return None
     return composing_models(config) if is_ensemble(config) else None

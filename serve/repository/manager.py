@@ -88,11 +88,17 @@ def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
 
 class ModelRepository:
     def __init__(
-        self, paths: Path | Sequence[Path], mode: ControlMode, poll_seconds: float = 15.0
+        self,
+        paths: Path | Sequence[Path],
+        mode: ControlMode,
+        poll_seconds: float = 15.0,
+        config_name: str = "",
     ) -> None:
         self.paths = [paths] if isinstance(paths, Path) else list(paths)
         if not self.paths:
             raise ValueError("a model repository needs at least one folder")
+        # tritonserver's --model-config-name: a model with configs/<name>.pbtxt reads that
+        self.config_name = config_name
         self.mode = mode
         self.poll_seconds = poll_seconds
         self._records: dict[str, ModelRecord] = {}
@@ -158,7 +164,9 @@ class ModelRepository:
 
     def _ensemble_steps(self, name: str) -> list[str] | None:
         folders = self._folders(name)
-        return ensemble_steps_on_disk(folders[0]) if len(folders) == 1 else None
+        if len(folders) != 1:
+            return None
+        return ensemble_steps_on_disk(folders[0], self.config_name)
 
     async def _load_quietly(self, name: str) -> bool:
         try:
@@ -247,7 +255,9 @@ class ModelRepository:
             raise poll_failure(name, exc.message) from None
         try:
             fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
-            config, versions, _ = await asyncio.to_thread(prepare_config, model_dir, override)
+            config, versions, _ = await asyncio.to_thread(
+                prepare_config, model_dir, override, self.config_name
+            )
         except ServeError as exc:
             _discard(scratch)
             if not record.versions:

@@ -171,3 +171,24 @@ def test_allow_cpu_metrics_turns_the_nv_cpu_metrics_on_and_off(tmp_path: Path, a
         text = httpx.get(f"http://{server.metrics_url}/metrics", timeout=10).text
     assert ("nv_cpu_utilization" in text) is (allow == "true")
     assert "nv_inference_request_success" in text
+
+
+def test_model_config_name_picks_a_models_custom_config(tmp_path: Path) -> None:
+    repository = _repository(tmp_path / "repository", "simple", "plain")
+    (repository / "simple" / "configs").mkdir()
+    custom = (repository / "simple" / "config.pbtxt").read_text()
+    custom = custom.replace("max_batch_size: 8", "max_batch_size: 4")
+    (repository / "simple" / "configs" / "small.pbtxt").write_text(custom)
+    with serving(repository, tmp_path / "server.log", "--model-config-name", "small") as server:
+        http = httpclient.InferenceServerClient(server.url)
+        assert http.get_model_config("simple")["max_batch_size"] == 4  # configs/small.pbtxt
+        assert http.get_model_config("plain")["max_batch_size"] == 8  # no such file: config.pbtxt
+
+
+def test_a_model_config_name_with_a_space_is_a_usage_error(tmp_path: Path) -> None:
+    repository = _repository(tmp_path / "repository", "simple")
+    command = [sys.executable, "-m", "serve", "--model-repository", str(repository)]
+    command += ["--model-config-name", "h 100", "--http-port", "0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--model-config-name 'h 100'" in result.stderr
