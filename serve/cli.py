@@ -264,6 +264,19 @@ def _apply(flags: list[Any]) -> Any:
     help="With explicit control: a model to load at start ('*' for all).",
 )
 @click.option(
+    "--disable-auto-complete-config",
+    is_flag=True,
+    default=False,
+    help="Take each config as written, as tritonserver does with this flag: it must exist and "
+    "name its backend, inputs and outputs (nothing is completed from the model file).",
+)
+@click.option(
+    "--strict-model-config",
+    type=click.BOOL,
+    default=None,
+    help="Deprecated in tritonserver: true is --disable-auto-complete-config.",
+)
+@click.option(
     "--model-config-name",
     default="",
     help="A model whose folder holds configs/NAME.pbtxt is served with that config instead "
@@ -400,6 +413,8 @@ def serve_command(
     model_control_mode: str,
     load_models: tuple[str, ...],
     model_config_name: str,
+    disable_auto_complete_config: bool,
+    strict_model_config: bool | None,
     repository_poll_secs: float,
     exit_on_error: bool,
     exit_timeout_secs: int,
@@ -473,6 +488,7 @@ def serve_command(
         load_models=list(load_models),
         poll_seconds=repository_poll_secs,
         model_config_name=model_config_name,
+        auto_complete_config=not (disable_auto_complete_config or strict_model_config),
         exit_on_error=exit_on_error,
         exit_timeout_s=float(exit_timeout_secs),
         strict_readiness=strict_readiness,

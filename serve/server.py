@@ -179,6 +179,7 @@ def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> Da
         options.control_mode,
         options.poll_seconds,
         options.model_config_name,
+        options.auto_complete_config,
     )
     return DataPlane(
         repository,

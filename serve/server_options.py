@@ -53,6 +53,8 @@ class ServerOptions:
     poll_seconds: float = 15.0
     # tritonserver's --model-config-name: a model with configs/<name>.pbtxt reads that one
     model_config_name: str = ""
+    # false: configs taken as written (tritonserver's --disable-auto-complete-config)
+    auto_complete_config: bool = True
     exit_on_error: bool = True  # as tritonserver's
     # how long a stop waits for requests in flight (tritonserver's --exit-timeout-secs)
     exit_timeout_s: float = 30.0

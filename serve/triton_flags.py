@@ -42,17 +42,6 @@ _FLOAT = click.FLOAT
 IGNORED_FLAGS: tuple[IgnoredFlag, ...] = (
     # Model repository
     IgnoredFlag(
-        "--disable-auto-complete-config",
-        None,
-        "configs are always completed from the model file, as tritonserver does by default",
-    ),
-    IgnoredFlag(
-        "--strict-model-config",
-        _BOOL,
-        "configs are always completed from the model file (as with false)",
-        same_as_ours=(False,),
-    ),
-    IgnoredFlag(
         "--model-load-thread-count",
         _INT,
         "models load concurrently on the server's event loop, their files read in threads",

@@ -73,11 +73,20 @@ def check_config_name(config_name: str) -> None:
         )
 
 
+NO_AUTO_COMPLETE = "auto-completion is disabled (--disable-auto-complete-config)"
+
+
 def prepare_config(
-    model_dir: Path, override: mc.ModelConfig | None = None, config_name: str = ""
+    model_dir: Path,
+    override: mc.ModelConfig | None = None,
+    config_name: str = "",
+    auto_complete: bool = True,
 ) -> tuple[mc.ModelConfig, list[int], str]:
     """The completed, validated config, the versions to serve and the config's source name
-    (`config_name`: read configs/<config_name>.pbtxt where the model has it)."""
+    (`config_name`: read configs/<config_name>.pbtxt where the model has it). Without
+    `auto_complete` the config is taken as written, as tritonserver's
+    --disable-auto-complete-config does: it must exist and name its backend (or platform),
+    inputs and outputs."""
     path = config_path(model_dir, config_name)
     if override is not None:
         config = mc.ModelConfig()
@@ -86,6 +95,8 @@ def prepare_config(
     elif path.exists():
         config = read_config_file(path)
         source = str(path)
+    elif not auto_complete:
+        raise ServeError.invalid(f"{path}: no such file, and {NO_AUTO_COMPLETE}")
     else:
         config = mc.ModelConfig()
         source = f"{model_dir} (no {CONFIG_FILENAME}; auto-completed)"
@@ -96,6 +107,8 @@ def prepare_config(
         versions = _versions(config, model_dir, available)
         validate_config(config, source, model_dir.name)
         return config, versions, source
+    if not auto_complete:
+        _check_complete(config, source)
     if not backend_name(config):
         guessed = _guess_backend(model_dir, available)
         if not guessed:
@@ -107,13 +120,22 @@ def prepare_config(
     versions = _versions(config, model_dir, available)
     filename = config.default_model_filename or backend.default_model_filename
     newest = model_dir / str(versions[-1]) / filename
-    if newest.exists():
+    if newest.exists() and auto_complete:
         try:
             backend.autocomplete(config, newest)
         except ServeError as exc:
             raise ServeError(exc.kind, f"{source}: {exc.message}") from None
     validate_config(config, source, model_dir.name)
     return config, versions, source
+
+
+def _check_complete(config: mc.ModelConfig, source: str) -> None:
+    """ServeError naming what a config taken as written lacks."""
+    if not backend_name(config):
+        raise ServeError.invalid(f"{source}: backend: not set, and {NO_AUTO_COMPLETE}")
+    for field, entries in (("input", config.input), ("output", config.output)):
+        if not entries:
+            raise ServeError.invalid(f"{source}: {field}: none listed, and {NO_AUTO_COMPLETE}")
 
 
 def _versions(config: mc.ModelConfig, model_dir: Path, available: list[int]) -> list[int]:

@@ -93,12 +93,15 @@ class ModelRepository:
         mode: ControlMode,
         poll_seconds: float = 15.0,
         config_name: str = "",
+        auto_complete: bool = True,
     ) -> None:
         self.paths = [paths] if isinstance(paths, Path) else list(paths)
         if not self.paths:
             raise ValueError("a model repository needs at least one folder")
         # tritonserver's --model-config-name: a model with configs/<name>.pbtxt reads that
         self.config_name = config_name
+        # false: configs are taken as written (tritonserver's --disable-auto-complete-config)
+        self.auto_complete = auto_complete
         self.mode = mode
         self.poll_seconds = poll_seconds
         self._records: dict[str, ModelRecord] = {}
@@ -256,7 +259,7 @@ class ModelRepository:
         try:
             fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
             config, versions, _ = await asyncio.to_thread(
-                prepare_config, model_dir, override, self.config_name
+                prepare_config, model_dir, override, self.config_name, self.auto_complete
             )
         except ServeError as exc:
             _discard(scratch)

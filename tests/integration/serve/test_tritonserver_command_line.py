@@ -192,3 +192,28 @@ def test_a_model_config_name_with_a_space_is_a_usage_error(tmp_path: Path) -> No
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "--model-config-name 'h 100'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "flags", [["--disable-auto-complete-config"], ["--strict-model-config", "true"]]
+)
+def test_without_auto_completion_configs_are_taken_as_written(
+    tmp_path: Path, flags: list[str]
+) -> None:
+    repository = _repository(tmp_path / "repository", "simple", "bare")
+    (repository / "bare" / "config.pbtxt").write_text('name: "bare"\nbackend: "onnxruntime"\n')
+    extra = [*flags, "--exit-on-error", "false", "--strict-readiness", "false"]
+    with serving(repository, tmp_path / "server.log", *extra) as server:
+        http = httpclient.InferenceServerClient(server.url)
+        assert http.is_model_ready("simple")  # its config lists everything
+        entries = {entry["name"]: entry for entry in http.get_model_repository_index()}
+        assert entries["bare"]["state"] == "UNAVAILABLE"
+        assert "input: none listed, and auto-completion is disabled" in entries["bare"]["reason"]
+
+
+def test_with_auto_completion_a_bare_config_is_completed(tmp_path: Path) -> None:
+    repository = _repository(tmp_path / "repository", "bare")
+    (repository / "bare" / "config.pbtxt").write_text('name: "bare"\nbackend: "onnxruntime"\n')
+    with serving(repository, tmp_path / "server.log") as server:
+        config = httpclient.InferenceServerClient(server.url).get_model_config("bare")
+        assert [tensor["name"] for tensor in config["input"]] == ["INPUT0", "INPUT1"]

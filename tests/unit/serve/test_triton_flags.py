@@ -90,7 +90,8 @@ def test_each_flag_without_effect_is_one_warning_naming_it() -> None:
         "0:67108864",
         "--grpc-infer-allocation-pool-size",
         "16",
-        "--disable-auto-complete-config",
+        "--host-policy",
+        "gpu0,numa-node=0",
     )
     notices = recorded_notices(context)
     assert len(notices) == 5
@@ -99,7 +100,7 @@ def test_each_flag_without_effect_is_one_warning_naming_it() -> None:
         "--pinned-memory-pool-byte-size 268435456",
         "--cuda-memory-pool-byte-size 0:67108864",
         "--grpc-infer-allocation-pool-size 16",
-        "--disable-auto-complete-config",
+        "--host-policy gpu0,numa-node=0",
     ):
         assert sum(notice.startswith(f"{flag}: no effect here (") for notice in notices) == 1
     assert all("\n" not in notice for notice in notices)
