@@ -76,26 +76,42 @@ def deprecated_trace_flags(
     return specs
 
 
-def backend_config_notices(specs: tuple[str, ...]) -> list[str]:
-    """One warning per --backend-config setting ([BACKEND,]SETTING=VALUE, as tritonserver
-    takes it); ValueError naming the value when it has no SETTING=VALUE."""
+# --backend-config settings this server acts on: backend ("" for every backend) -> settings
+HONOURED_BACKEND_SETTINGS: dict[str, frozenset[str]] = {
+    "": frozenset({"default-max-batch-size"}),
+    "onnxruntime": frozenset({"default-max-batch-size"}),
+}
+
+
+def parse_backend_config(specs: tuple[str, ...]) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """tritonserver's --backend-config values ([BACKEND,]SETTING=VALUE): the settings this
+    server acts on (backend, "" for every backend -> setting -> value), and one warning for
+    each other one; ValueError naming the value when it is no SETTING=VALUE, or a setting
+    acted on has a bad value."""
+    settings: dict[str, dict[str, str]] = {}
     notices = []
     for spec in specs:
         backend, comma, pair = spec.partition(",")
-        if not comma:
+        if not comma or "=" in backend:
             backend, pair = "", spec
-        setting, equals, _ = pair.partition("=")
-        if not equals or not setting.strip():
+        setting, equals, value = pair.partition("=")
+        setting, value = setting.strip(), value.strip()
+        if not equals or not setting:
             raise ValueError(
                 f"--backend-config '{spec}': expected [BACKEND,]SETTING=VALUE, e.g. "
-                "python,shm-default-byte-size=1048576"
+                "onnxruntime,default-max-batch-size=8"
             )
+        if setting in HONOURED_BACKEND_SETTINGS.get(backend, frozenset()):
+            if not (value.isascii() and value.isdigit()):
+                raise ValueError(f"--backend-config '{spec}': {setting} must be an integer >= 0")
+            settings.setdefault(backend, {})[setting] = value
+            continue
         where = f"backend '{backend}'" if backend else "every backend"
         notices.append(
-            f"--backend-config {spec}: no effect here (setting '{setting.strip()}' of {where}; "
-            "our backends take their settings from each model's config)"
+            f"--backend-config {spec}: no effect here (setting '{setting}' of {where}; our "
+            "backends take their settings from each model's config)"
         )
-    return notices
+    return settings, notices
 
 
 def _apply(flags: list[Any]) -> Any:
@@ -381,8 +397,9 @@ def _apply(flags: list[Any]) -> Any:
     "backend_config",
     multiple=True,
     metavar="[BACKEND,]SETTING=VALUE",
-    help="tritonserver's backend settings; parsed, and each one logged as having no effect "
-    "here (the backends take their settings from each model's config). Repeatable.",
+    help="tritonserver's backend settings. default-max-batch-size=N (for every backend, or "
+    "onnxruntime's): the max_batch_size a config that leaves it out gets when the model can "
+    "batch (default 4; 0: none). Others are logged as without effect. Repeatable.",
 )
 @_apply(ignored_flag_options())
 def serve_command(
@@ -457,7 +474,7 @@ def serve_command(
                 *trace_config,
             ]
         )
-        notices = [*backend_config_notices(backend_config)]
+        backend_settings, notices = parse_backend_config(backend_config)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     notices += recorded_notices(click.get_current_context())
@@ -489,6 +506,7 @@ def serve_command(
         poll_seconds=repository_poll_secs,
         model_config_name=model_config_name,
         auto_complete_config=not (disable_auto_complete_config or strict_model_config),
+        backend_settings=backend_settings,
         exit_on_error=exit_on_error,
         exit_timeout_s=float(exit_timeout_secs),
         strict_readiness=strict_readiness,

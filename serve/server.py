@@ -180,6 +180,7 @@ def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> Da
         options.poll_seconds,
         options.model_config_name,
         options.auto_complete_config,
+        options.backend_settings,
     )
     return DataPlane(
         repository,

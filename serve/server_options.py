@@ -55,6 +55,8 @@ class ServerOptions:
     model_config_name: str = ""
     # false: configs taken as written (tritonserver's --disable-auto-complete-config)
     auto_complete_config: bool = True
+    # backend name ("" for every backend) -> settings honoured (tritonserver's --backend-config)
+    backend_settings: dict[str, dict[str, str]] = field(default_factory=dict)
     exit_on_error: bool = True  # as tritonserver's
     # how long a stop waits for requests in flight (tritonserver's --exit-timeout-secs)
     exit_timeout_s: float = 30.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -81,12 +82,14 @@ def prepare_config(
     override: mc.ModelConfig | None = None,
     config_name: str = "",
     auto_complete: bool = True,
+    backend_settings: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[mc.ModelConfig, list[int], str]:
     """The completed, validated config, the versions to serve and the config's source name
     (`config_name`: read configs/<config_name>.pbtxt where the model has it). Without
     `auto_complete` the config is taken as written, as tritonserver's
     --disable-auto-complete-config does: it must exist and name its backend (or platform),
-    inputs and outputs."""
+    inputs and outputs. `backend_settings`: backend name ("" for every backend) -> settings
+    (tritonserver's --backend-config), handed to the backend's auto-completion."""
     path = config_path(model_dir, config_name)
     if override is not None:
         config = mc.ModelConfig()
@@ -121,8 +124,10 @@ def prepare_config(
     filename = config.default_model_filename or backend.default_model_filename
     newest = model_dir / str(versions[-1]) / filename
     if newest.exists() and auto_complete:
+        settings = dict((backend_settings or {}).get("", {}))
+        settings.update((backend_settings or {}).get(backend.name, {}))
         try:
-            backend.autocomplete(config, newest)
+            backend.autocomplete(config, newest, settings)
         except ServeError as exc:
             raise ServeError(exc.kind, f"{source}: {exc.message}") from None
     validate_config(config, source, model_dir.name)

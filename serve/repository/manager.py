@@ -21,7 +21,7 @@ import enum
 import logging
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,7 @@ class ModelRepository:
         poll_seconds: float = 15.0,
         config_name: str = "",
         auto_complete: bool = True,
+        backend_settings: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.paths = [paths] if isinstance(paths, Path) else list(paths)
         if not self.paths:
@@ -102,6 +103,8 @@ class ModelRepository:
         self.config_name = config_name
         # false: configs are taken as written (tritonserver's --disable-auto-complete-config)
         self.auto_complete = auto_complete
+        # backend name ("" for all) -> settings (tritonserver's --backend-config)
+        self.backend_settings = dict(backend_settings or {})
         self.mode = mode
         self.poll_seconds = poll_seconds
         self._records: dict[str, ModelRecord] = {}
@@ -259,7 +262,12 @@ class ModelRepository:
         try:
             fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
             config, versions, _ = await asyncio.to_thread(
-                prepare_config, model_dir, override, self.config_name, self.auto_complete
+                prepare_config,
+                model_dir,
+                override,
+                self.config_name,
+                self.auto_complete,
+                self.backend_settings,
             )
         except ServeError as exc:
             _discard(scratch)

@@ -25,7 +25,6 @@ from tests.support.server_process import serving
 
 # flags scripts written for tritonserver pass, that have no effect here, as the log names them
 WITHOUT_EFFECT = [
-    "--backend-config onnxruntime,default-max-batch-size=8",
     "--backend-config python,shm-default-byte-size=1048576",
     "--http-thread-count 8",
     "--pinned-memory-pool-byte-size 268435456",
@@ -91,7 +90,8 @@ def test_a_typical_tritonserver_command_line_serves(tmp_path: Path) -> None:
     warnings = [line for line in log.splitlines() if ": no effect here (" in line]
     for flag in WITHOUT_EFFECT:
         assert sum(f" {flag}: no effect here (" in line for line in warnings) == 1, flag
-    assert len(warnings) == len(WITHOUT_EFFECT)  # --grpc-use-ssl=false asks for nothing
+    # --grpc-use-ssl=false asks for nothing; default-max-batch-size is honoured
+    assert len(warnings) == len(WITHOUT_EFFECT)
 
 
 def test_a_model_in_two_repositories_is_not_served(tmp_path: Path) -> None:
@@ -217,3 +217,25 @@ def test_with_auto_completion_a_bare_config_is_completed(tmp_path: Path) -> None
     with serving(repository, tmp_path / "server.log") as server:
         config = httpclient.InferenceServerClient(server.url).get_model_config("bare")
         assert [tensor["name"] for tensor in config["input"]] == ["INPUT0", "INPUT1"]
+
+
+@pytest.mark.parametrize(("setting", "batch"), [("default-max-batch-size=16", 16), ("", 4)])
+def test_backend_config_default_max_batch_size_completes_a_bare_config(
+    tmp_path: Path, setting: str, batch: int
+) -> None:
+    repository = _repository(tmp_path / "repository", "bare")
+    (repository / "bare" / "config.pbtxt").write_text('name: "bare"\nbackend: "onnxruntime"\n')
+    extra = ["--backend-config", f"onnxruntime,{setting}"] if setting else []
+    with serving(repository, tmp_path / "server.log", *extra) as server:
+        config = httpclient.InferenceServerClient(server.url).get_model_config("bare")
+    assert config["max_batch_size"] == batch
+
+
+def test_a_default_max_batch_size_of_0_leaves_batching_off(tmp_path: Path) -> None:
+    repository = _repository(tmp_path / "repository", "bare")
+    (repository / "bare" / "config.pbtxt").write_text('name: "bare"\nbackend: "onnxruntime"\n')
+    extra = ["--backend-config", "default-max-batch-size=0"]
+    with serving(repository, tmp_path / "server.log", *extra) as server:
+        config = httpclient.InferenceServerClient(server.url).get_model_config("bare")
+    assert config.get("max_batch_size", 0) == 0
+    assert config["input"][0]["dims"] == [-1, 16]  # the batch dimension is the model's

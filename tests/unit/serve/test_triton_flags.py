@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import pytest
 
-from serve.cli import backend_config_notices, deprecated_trace_flags, serve_command
+from serve.cli import deprecated_trace_flags, parse_backend_config, serve_command
 from serve.triton_flags import IGNORED_FLAGS, recorded_notices
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -136,19 +136,33 @@ def test_exit_on_error_defaults_to_true_as_in_tritonserver() -> None:
     assert _parse().params["exit_on_error"] is True
 
 
-def test_backend_config_settings_are_each_named_in_a_warning() -> None:
-    notices = backend_config_notices(
-        ("python,shm-default-byte-size=1048576", "default-max-batch-size=8")
+def test_backend_config_settings_without_effect_are_each_named_in_a_warning() -> None:
+    settings, notices = parse_backend_config(
+        ("python,shm-default-byte-size=1048576", "tensorrt,coalesce-request-input=1")
     )
+    assert settings == {}
     assert notices[0].startswith("--backend-config python,shm-default-byte-size=1048576: ")
     assert "'shm-default-byte-size' of backend 'python'" in notices[0]
-    assert "'default-max-batch-size' of every backend" in notices[1]
+    assert "'coalesce-request-input' of backend 'tensorrt'" in notices[1]
 
 
-@pytest.mark.parametrize("spec", ["python", "python,=3", "onnxruntime,threads"])
-def test_a_backend_config_without_setting_value_is_refused_naming_it(spec: str) -> None:
+def test_default_max_batch_size_is_honoured_for_every_backend_or_onnxruntime() -> None:
+    settings, notices = parse_backend_config(
+        ("default-max-batch-size=8", "onnxruntime,default-max-batch-size=0")
+    )
+    assert settings == {
+        "": {"default-max-batch-size": "8"},
+        "onnxruntime": {"default-max-batch-size": "0"},
+    }
+    assert notices == []
+
+
+@pytest.mark.parametrize(
+    "spec", ["python", "python,=3", "onnxruntime,threads", "default-max-batch-size=many"]
+)
+def test_a_bad_backend_config_is_refused_naming_it(spec: str) -> None:
     with pytest.raises(ValueError, match=re.escape(f"--backend-config '{spec}'")):
-        backend_config_notices((spec,))
+        parse_backend_config((spec,))
 
 
 def test_deprecated_trace_flags_stand_for_trace_config_values() -> None:
