@@ -26,7 +26,7 @@ from serve.http.limits import (
 )
 from serve.log_settings import FORMATS, LogValues
 from serve.repository.discovery import check_config_name
-from serve.repository.manager import ControlMode
+from serve.repository.manager import ControlMode, ModelReading
 from serve.restricted import API_GROUPS, RestrictedApis
 from serve.server import serve_forever
 from serve.server_options import EndpointOptions, ServerOptions
@@ -287,6 +287,13 @@ def _apply(flags: list[Any]) -> Any:
     "name its backend, inputs and outputs (nothing is completed from the model file).",
 )
 @click.option(
+    "--model-load-retry-count",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="How many times a model version that failed to load is tried again.",
+)
+@click.option(
     "--strict-model-config",
     type=click.BOOL,
     default=None,
@@ -431,6 +438,7 @@ def serve_command(
     load_models: tuple[str, ...],
     model_config_name: str,
     disable_auto_complete_config: bool,
+    model_load_retry_count: int,
     strict_model_config: bool | None,
     repository_poll_secs: float,
     exit_on_error: bool,
@@ -504,9 +512,12 @@ def serve_command(
         control_mode=mode,
         load_models=list(load_models),
         poll_seconds=repository_poll_secs,
-        model_config_name=model_config_name,
-        auto_complete_config=not (disable_auto_complete_config or strict_model_config),
-        backend_settings=backend_settings,
+        reading=ModelReading(
+            config_name=model_config_name,
+            auto_complete=not (disable_auto_complete_config or strict_model_config),
+            backend_settings=backend_settings,
+            load_retries=model_load_retry_count,
+        ),
         exit_on_error=exit_on_error,
         exit_timeout_s=float(exit_timeout_secs),
         strict_readiness=strict_readiness,

@@ -178,9 +178,7 @@ def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> Da
         options.model_repositories,
         options.control_mode,
         options.poll_seconds,
-        options.model_config_name,
-        options.auto_complete_config,
-        options.backend_settings,
+        options.reading,
     )
     return DataPlane(
         repository,

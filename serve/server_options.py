@@ -9,7 +9,7 @@ from pathlib import Path
 from serve.grpc.limits import GrpcLimits
 from serve.http.limits import HttpLimits
 from serve.log_settings import LogValues
-from serve.repository.manager import ControlMode
+from serve.repository.manager import ControlMode, ModelReading
 from serve.restricted import RestrictedApis
 from serve.trace.settings import DEFAULTS, TraceValues
 
@@ -51,12 +51,9 @@ class ServerOptions:
     control_mode: ControlMode = ControlMode.NONE
     load_models: list[str] = field(default_factory=list)
     poll_seconds: float = 15.0
-    # tritonserver's --model-config-name: a model with configs/<name>.pbtxt reads that one
-    model_config_name: str = ""
-    # false: configs taken as written (tritonserver's --disable-auto-complete-config)
-    auto_complete_config: bool = True
-    # backend name ("" for every backend) -> settings honoured (tritonserver's --backend-config)
-    backend_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+    # how model folders are read and loaded: --model-config-name,
+    # --disable-auto-complete-config, --backend-config, --model-load-retry-count
+    reading: ModelReading = field(default_factory=ModelReading)
     exit_on_error: bool = True  # as tritonserver's
     # how long a stop waits for requests in flight (tritonserver's --exit-timeout-secs)
     exit_timeout_s: float = 30.0

@@ -47,9 +47,6 @@ IGNORED_FLAGS: tuple[IgnoredFlag, ...] = (
         "models load concurrently on the server's event loop, their files read in threads",
     ),
     IgnoredFlag(
-        "--model-load-retry-count", _INT, "a failed load is not retried", same_as_ours=(0,)
-    ),
-    IgnoredFlag(
         "--model-namespacing",
         _BOOL,
         "a model name is one model across all repositories",

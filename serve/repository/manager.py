@@ -86,25 +86,32 @@ def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
     return tuple(entries)
 
 
+@dataclass(frozen=True, slots=True)
+class ModelReading:
+    """How a model's folder is read and loaded (tritonserver's flags)."""
+
+    # --model-config-name: a model with configs/<name>.pbtxt is served with that config
+    config_name: str = ""
+    # false: configs are taken as written (--disable-auto-complete-config)
+    auto_complete: bool = True
+    # backend name ("" for every backend) -> settings (--backend-config)
+    backend_settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # how many times a version that failed to load is tried again (--model-load-retry-count)
+    load_retries: int = 0
+
+
 class ModelRepository:
     def __init__(
         self,
         paths: Path | Sequence[Path],
         mode: ControlMode,
         poll_seconds: float = 15.0,
-        config_name: str = "",
-        auto_complete: bool = True,
-        backend_settings: Mapping[str, Mapping[str, str]] | None = None,
+        reading: ModelReading | None = None,
     ) -> None:
         self.paths = [paths] if isinstance(paths, Path) else list(paths)
         if not self.paths:
             raise ValueError("a model repository needs at least one folder")
-        # tritonserver's --model-config-name: a model with configs/<name>.pbtxt reads that
-        self.config_name = config_name
-        # false: configs are taken as written (tritonserver's --disable-auto-complete-config)
-        self.auto_complete = auto_complete
-        # backend name ("" for all) -> settings (tritonserver's --backend-config)
-        self.backend_settings = dict(backend_settings or {})
+        self.reading = reading or ModelReading()
         self.mode = mode
         self.poll_seconds = poll_seconds
         self._records: dict[str, ModelRecord] = {}
@@ -172,7 +179,7 @@ class ModelRepository:
         folders = self._folders(name)
         if len(folders) != 1:
             return None
-        return ensemble_steps_on_disk(folders[0], self.config_name)
+        return ensemble_steps_on_disk(folders[0], self.reading.config_name)
 
     async def _load_quietly(self, name: str) -> bool:
         try:
@@ -265,9 +272,9 @@ class ModelRepository:
                 prepare_config,
                 model_dir,
                 override,
-                self.config_name,
-                self.auto_complete,
-                self.backend_settings,
+                self.reading.config_name,
+                self.reading.auto_complete,
+                self.reading.backend_settings,
             )
         except ServeError as exc:
             _discard(scratch)
@@ -287,22 +294,26 @@ class ModelRepository:
         loaded: dict[int, ServedModel] = {}
         errors: list[str] = []
         for version in versions:
-            try:
-                if is_ensemble(config):
-                    loaded[version] = await load_ensemble_version(
-                        config, version, model_dir, self.get
+            for attempt in range(1 + self.reading.load_retries):
+                try:
+                    loaded[version] = await self._load_version(config, version, model_dir)
+                    break
+                except Exception as exc:  # a backend's failure is this model's problem
+                    message = (
+                        exc.message
+                        if isinstance(exc, ServeError)
+                        else f"{type(exc).__name__}: {exc}"
                     )
-                    continue
-                loaded[version] = await load_model_version(
-                    config, version, model_dir, model_dir.parent, self.services
-                )
-            except ServeError as exc:
-                errors.append(f"version {version}: {exc.message}")
-                record.states[version] = VersionState("UNAVAILABLE", exc.message)
-            except Exception as exc:  # a backend's unexpected failure is this model's problem
-                message = f"{type(exc).__name__}: {exc}"
-                errors.append(f"version {version}: {message}")
-                record.states[version] = VersionState("UNAVAILABLE", message)
+                    if attempt < self.reading.load_retries:
+                        log.warning(
+                            "'%s' version %d failed to load (%s); trying again",
+                            name,
+                            version,
+                            message,
+                        )
+                        continue
+                    errors.append(f"version {version}: {message}")
+                    record.states[version] = VersionState("UNAVAILABLE", message)
         if not loaded:
             _discard(scratch)
             for version in record.versions:
@@ -327,6 +338,13 @@ class ModelRepository:
         if errors:
             log.warning("'%s' loaded with failed versions: %s", name, "; ".join(errors))
         log.info("loaded '%s' versions %s", name, sorted(loaded))
+
+    async def _load_version(
+        self, config: mc.ModelConfig, version: int, model_dir: Path
+    ) -> ServedModel:
+        if is_ensemble(config):
+            return await load_ensemble_version(config, version, model_dir, self.get)
+        return await load_model_version(config, version, model_dir, model_dir.parent, self.services)
 
     async def _load_composing(self, config: mc.ModelConfig, callers: tuple[str, ...]) -> None:
         """In explicit mode, load the composing models that are not loaded yet (as Triton

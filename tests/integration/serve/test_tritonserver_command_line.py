@@ -239,3 +239,46 @@ def test_a_default_max_batch_size_of_0_leaves_batching_off(tmp_path: Path) -> No
         config = httpclient.InferenceServerClient(server.url).get_model_config("bare")
     assert config.get("max_batch_size", 0) == 0
     assert config["input"][0]["dims"] == [-1, 16]  # the batch dimension is the model's
+
+
+FLAKY_MODEL = """
+import pathlib
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        tried = pathlib.Path(args["model_repository"]) / "tried"
+        if not tried.exists():  # the first load fails, the next succeeds
+            tried.write_text("once")
+            raise RuntimeError("first load fails on purpose")
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+
+@pytest.mark.parametrize(("retries", "ready"), [("1", True), ("0", False)])
+def test_model_load_retry_count_tries_a_failed_load_again(
+    tmp_path: Path, retries: str, ready: bool
+) -> None:
+    repository = tmp_path / "repository"
+    (repository / "flaky" / "1").mkdir(parents=True)
+    (repository / "flaky" / "1" / "model.py").write_text(FLAKY_MODEL)
+    (repository / "flaky" / "config.pbtxt").write_text(
+        'name: "flaky"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n'
+    )
+    extra = ["--model-load-retry-count", retries, "--exit-on-error", "false"]
+    extra += ["--strict-readiness", "false"]
+    with serving(repository, tmp_path / "server.log", *extra) as server:
+        assert httpclient.InferenceServerClient(server.url).is_model_ready("flaky") is ready
+        log = server.log()
+    assert "first load fails on purpose" in log
