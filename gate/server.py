@@ -89,6 +89,8 @@ def _start(
         extra += ["--model-control-mode", "explicit"]
         for name in models:
             extra += ["--load-model", name]
+    else:  # every model that loads is gated: one that fails must not stop the server
+        extra += ["--exit-on-error", "false"]
     try:
         return start_serve_process(repository, log_path, extra, STARTUP_TIMEOUT_S)
     except ServeProcessError as exc:

@@ -25,7 +25,7 @@ from serve.model.loader import ServerServices
 from serve.model.response_cache import ResponseCache
 from serve.model.served import ResponseCallback, ServedModel, StreamCallback
 from serve.model_calls import DataPlaneCalls
-from serve.repository.manager import ModelRepository
+from serve.repository.manager import ModelRepository, poll_failure
 from serve.scheduler.rate_limiter import RateLimiter
 from serve.shared_memory.registry import SharedMemoryRegistry
 from serve.shared_memory.tensors import bind_regions, uses_shared_memory
@@ -283,12 +283,17 @@ class DataPlane:
                 if key == "config":
                     if not isinstance(value, str):
                         raise ServeError.invalid("load parameter 'config' must be a JSON string")
-                    override = config_from_json(value, "its config override")
+                    try:
+                        override = config_from_json(value, "its config override")
+                    except ServeError as exc:  # Triton: the model could not be polled
+                        raise poll_failure(name, exc.message) from None
                 elif key.startswith("file:"):
                     files[key.removeprefix("file:")] = _file_contents(key, value)
                 else:
                     raise ServeError.invalid(f"unknown load parameter '{key}'")
         except ServeError as exc:  # worded as Triton's clients expect a failed load
+            if exc.message.startswith(f"failed to load '{name}'"):
+                raise
             raise ServeError(exc.kind, f"failed to load '{name}': {exc.message}") from None
         await self.repository.load(name, override, files or None)
 

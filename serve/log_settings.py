@@ -70,8 +70,8 @@ class _IsoFormatter(logging.Formatter):
 class LogSettings:
     """The logging settings in force; `install` applies them to the process's logging."""
 
-    def __init__(self, verbose_level: int = 0, log_file: str = "") -> None:
-        self.values = LogValues(log_file=log_file, log_verbose_level=verbose_level)
+    def __init__(self, values: LogValues | None = None, *, log_file: str = "") -> None:
+        self.values = values if values is not None else LogValues(log_file=log_file)
         self._handler: logging.Handler | None = None
         self._filter = _SeverityFilter(self.values)
 

@@ -14,7 +14,7 @@ import contextlib
 import importlib
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from serve.dataplane import DataPlane
@@ -42,7 +42,8 @@ log = logging.getLogger("serve")
 # Both HTTP front ends apply it.
 KEEP_ALIVE_IDLE_S = 24 * 60 * 60
 
-# How long a stop waits for the requests in flight to be answered.
+# How long a stop waits for the requests in flight to be answered (tritonserver's
+# --exit-timeout-secs default); ServerOptions.exit_timeout_s sets it.
 STOP_GRACE_S = 30
 
 
@@ -98,7 +99,11 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
         if options.http_front_end == "native":
             control_plane = build_control_plane(dataplane)
             routes = NativeRoutes(dataplane, control_plane, options.http_restricted)
-            endpoints.append(_native_http("HTTPService", routes, http, options.http_limits))
+            endpoints.append(
+                _native_http(
+                    "HTTPService", routes, http, options.http_limits, options.exit_timeout_s
+                )
+            )
         else:
             from serve.http.access import RestrictedAccess
             from serve.http.uvicorn_endpoint import AsgiEndpoint
@@ -110,7 +115,7 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
                     http,
                     options.log_verbose,
                     idle_close_s=KEEP_ALIVE_IDLE_S,
-                    grace_s=STOP_GRACE_S,
+                    grace_s=options.exit_timeout_s,
                     limits=options.http_limits,
                 )
             )
@@ -133,16 +138,30 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
         from serve.metrics.endpoint import build_metrics_app
 
         metrics = build_metrics_app(
-            dataplane.repository.loaded, dataplane.custom_metrics, dataplane.response_cache
+            dataplane.repository.loaded,
+            dataplane.custom_metrics,
+            dataplane.response_cache,
+            cpu=options.cpu_metrics,
+            gpu=options.gpu_metrics,
         )
         endpoints.append(
-            _native_http("Metrics Service", AsgiRoutes(metrics), options.metrics, HttpLimits())
+            _native_http(
+                "Metrics Service",
+                AsgiRoutes(metrics),
+                options.metrics,
+                HttpLimits(),
+                options.exit_timeout_s,
+            )
         )
     return endpoints
 
 
 def _native_http(
-    name: str, routes: Routes, options: EndpointOptions, limits: HttpLimits
+    name: str,
+    routes: Routes,
+    options: EndpointOptions,
+    limits: HttpLimits,
+    grace_s: float = STOP_GRACE_S,
 ) -> Endpoint:
     from serve.http.native.endpoint import NativeHttpEndpoint
 
@@ -152,7 +171,7 @@ def _native_http(
         options.address,
         options.port,
         idle_close_s=KEEP_ALIVE_IDLE_S,
-        grace_s=STOP_GRACE_S,
+        grace_s=grace_s,
         limits=limits,
     )
 
@@ -161,7 +180,10 @@ def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> Da
     """The DataPlane `options` describe, over a repository not yet started (nothing is loaded until
     `repository.start`)."""
     repository = ModelRepository(
-        options.model_repository, options.control_mode, options.poll_seconds
+        options.model_repositories,
+        options.control_mode,
+        options.poll_seconds,
+        options.reading,
     )
     return DataPlane(
         repository,
@@ -208,13 +230,28 @@ async def run_server(options: ServerOptions, logs: LogSettings | None = None) ->
         await stop.wait()
     finally:
         dataplane.accepting = False
-        for endpoint in reversed(started):
-            await endpoint.stop()
+        await _stop_endpoints(reversed(started), options.exit_timeout_s)
         await dataplane.repository.close()
         dataplane.shm_unregister()  # unmaps every region (the client's objects stay)
         dataplane.tracer.close()  # writes the traces collected and not yet written
         log.info("server stopped")
     return 0
+
+
+async def _stop_endpoints(endpoints: Iterable[Endpoint], timeout_s: float) -> None:
+    """Stop each endpoint, all within `timeout_s` (tritonserver's --exit-timeout-secs): past
+    it, the server exits even with requests in flight."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for endpoint in endpoints:
+        left = max(deadline - asyncio.get_running_loop().time(), 0.0)
+        try:
+            await asyncio.wait_for(endpoint.stop(), left)
+        except TimeoutError:
+            log.warning(
+                "%s: requests still in flight after the exit timeout (%g s); stopping anyway",
+                endpoint.name,
+                timeout_s,
+            )
 
 
 @contextlib.asynccontextmanager
@@ -241,7 +278,9 @@ def serve_forever(options: ServerOptions) -> int:
     --exit-on-error stopped it."""
     import uvloop
 
-    logs = LogSettings(verbose_level=options.log_verbose, log_file=options.log_file)
+    logs = LogSettings(options.logs)
     logs.install()
+    for notice in options.notices:
+        log.warning("%s", notice)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run_server(options, logs))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from serve.grpc.limits import GrpcLimits
 from serve.http.limits import HttpLimits
+from serve.log_settings import LogValues
 from serve.model.response_cache import CacheSettings
-from serve.repository.manager import ControlMode
+from serve.repository.manager import ControlMode, ModelReading
 from serve.restricted import RestrictedApis
 from serve.scheduler.rate_limiter import ResourceCount
 from serve.trace.settings import DEFAULTS, TraceValues
@@ -24,12 +25,15 @@ class EndpointOptions:
 
 @dataclass(slots=True)
 class ServerOptions:
-    model_repository: Path
+    # tritonserver's --model-repository, repeatable: the models of all of them are served
+    model_repositories: list[Path]
     http: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8000))
     grpc: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8001))
     metrics: EndpointOptions = field(
         default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8002)
     )
+    cpu_metrics: bool = True  # nv_cpu_* (tritonserver's --allow-cpu-metrics)
+    gpu_metrics: bool = True  # nv_gpu_* where NVML finds a GPU (--allow-gpu-metrics)
     # message size, calls per connection, connections; grpcio's own default receive limit
     # (4 MiB) would refuse a batch of a few images, Triton's clients send up to 2 GiB - 1
     grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
@@ -49,11 +53,22 @@ class ServerOptions:
     control_mode: ControlMode = ControlMode.NONE
     load_models: list[str] = field(default_factory=list)
     poll_seconds: float = 15.0
-    exit_on_error: bool = False
+    # how model folders are read and loaded: --model-config-name,
+    # --disable-auto-complete-config, --backend-config, --model-load-retry-count
+    reading: ModelReading = field(default_factory=ModelReading)
+    exit_on_error: bool = True  # as tritonserver's
+    # how long a stop waits for requests in flight (tritonserver's --exit-timeout-secs)
+    exit_timeout_s: float = 30.0
     strict_readiness: bool = True
-    log_verbose: int = 0
-    log_file: str = ""  # "" : stderr (tritonserver --log-file)
+    # --log-file ("": stderr), --log-verbose, --log-info / -warning / -error, --log-format
+    logs: LogValues = field(default_factory=LogValues)
     trace: TraceValues = DEFAULTS  # the global trace settings (tritonserver --trace-config)
     cache: CacheSettings | None = None  # the response cache (tritonserver --cache-config)
     rate_limit: str = "off"  # tritonserver --rate-limit: off | execution_count
     rate_limit_resources: tuple[ResourceCount, ...] = ()  # --rate-limit-resource
+    # warnings to log at start: tritonserver flags given that have no effect here
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def log_verbose(self) -> int:
+        return self.logs.log_verbose_level

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,8 +174,12 @@ class Backend(abc.ABC):
     # Config platforms that select this backend (e.g. "onnxruntime_onnx").
     platforms: tuple[str, ...] = ()
 
-    def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:  # noqa: B027
-        """Fill in what the config leaves out (inputs, outputs, batching) from the model file."""
+    def autocomplete(  # noqa: B027
+        self, config: mc.ModelConfig, model_path: Path, settings: Mapping[str, str] | None = None
+    ) -> None:
+        """Fill in what the config leaves out (inputs, outputs, batching) from the model file.
+        `settings`: the server's settings for this backend (tritonserver's --backend-config,
+        those for every backend included), e.g. {"default-max-batch-size": "8"}."""
 
     def default_instance_count(self, kind: str) -> int:
         """Instances per group when the config gives no count (Triton: 2 for ORT on CPU)."""

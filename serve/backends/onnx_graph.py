@@ -48,7 +48,8 @@ def complete_from_graph(config: mc.ModelConfig, model_path: Path, default_max_ba
     declared_nothing = not config.input and not config.output
     if declared_nothing and config.max_batch_size == 0:
         every = graph_inputs + graph_outputs
-        if every and all(_dims(v)[:1] == [-1] for v in every):
+        batchable = every and all(_dims(v)[:1] == [-1] for v in every)
+        if batchable and default_max_batch > 0:  # 0: Triton's "no batching by default"
             config.max_batch_size = default_max_batch
             if config.WhichOneof("scheduling_choice") is None:
                 config.dynamic_batching.SetInParent()

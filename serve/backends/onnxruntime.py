@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from serve.platform import CUDA_PROVIDER, TENSORRT_PROVIDER, ServingPlatform
 log = logging.getLogger("serve.onnxruntime")
 
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=default-max-batch-size default
+DEFAULT_MAX_BATCH_SETTING = "default-max-batch-size"
 
 
 def session_options(config: mc.ModelConfig, source: str) -> ort.SessionOptions:
@@ -333,8 +334,12 @@ class OnnxRuntimeBackend(Backend):
     def create_instance(self, context: InstanceContext) -> ModelInstance:
         return OnnxRuntimeInstance(context)
 
-    def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:
-        """Complete inputs, outputs and batching from the ONNX graph, as Triton does."""
+    def autocomplete(
+        self, config: mc.ModelConfig, model_path: Path, settings: Mapping[str, str] | None = None
+    ) -> None:
+        """Complete inputs, outputs and batching from the ONNX graph, as Triton does; a model
+        that can batch gets max_batch_size `default-max-batch-size` of `settings` (4 unless
+        set; 0: no batching)."""
         if not config.platform and not config.backend:
             config.platform = "onnxruntime_onnx"
         if not config.backend:
@@ -342,4 +347,7 @@ class OnnxRuntimeBackend(Backend):
         if graph_needed(config):
             from serve.backends.onnx_graph import complete_from_graph
 
-            complete_from_graph(config, model_path, DEFAULT_MAX_BATCH_SIZE)
+            default = (settings or {}).get(DEFAULT_MAX_BATCH_SETTING)
+            complete_from_graph(
+                config, model_path, DEFAULT_MAX_BATCH_SIZE if default is None else int(default)
+            )

@@ -16,7 +16,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -401,7 +401,9 @@ class PyTorchBackend(Backend):
     default_model_filename = "model.pt"
     platforms = ("pytorch_libtorch",)
 
-    def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:
+    def autocomplete(
+        self, config: mc.ModelConfig, model_path: Path, settings: Mapping[str, str] | None = None
+    ) -> None:
         """TorchScript carries no reliable I/O types, so the config must declare them."""
         missing = [
             field

@@ -48,16 +48,21 @@ def build_metrics_app(
     models: Callable[[], Iterable[ModelSource]],
     custom: CustomMetrics | None = None,
     cache: ResponseCache | None = None,
+    *,
+    cpu: bool = True,
+    gpu: bool = True,
 ) -> MetricsApp:
     """Inference metrics over the loaded model versions `models()` returns, the response
-    cache's when there is one, CPU metrics, GPU metrics when NVML finds a GPU, and the custom
-    metrics python models define, after them."""
+    cache's when there is one, CPU metrics (unless `cpu` is false), GPU metrics when NVML
+    finds a GPU (unless `gpu` is false), and the custom metrics python models define, after
+    them."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InferenceCollector(models))
     if cache is not None:
         registry.register(CacheCollector(cache))
-    registry.register(CpuCollector())
-    gpus = open_gpu_collector()
+    if cpu:
+        registry.register(CpuCollector())
+    gpus = open_gpu_collector() if gpu else None
     if gpus is not None:
         registry.register(gpus)
     if custom is not None:

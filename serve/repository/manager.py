@@ -3,6 +3,14 @@
 A model whose config or files are broken is UNAVAILABLE with its reason while the others
 serve. Reloading loads the new versions first and swaps them in, so a failed reload leaves the
 previous versions serving.
+
+Several repositories may be served together (tritonserver's repeated --model-repository): a
+model is a folder of any of them; a name that is a folder of two is not served (as in Triton).
+
+A load answers as tritonserver does where its clients check: what fails before any version
+loads (no such model, a config that cannot be read, files that cannot be written) is INTERNAL,
+"failed to load '<name>', failed to poll from model repository: <why>"; a version that fails to
+load is INVALID_ARGUMENT, "failed to load '<name>': version <n>: <why>".
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import enum
 import logging
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +33,12 @@ from serve.errors import ErrorKind, ServeError
 from serve.model.ensemble_version import EnsembleVersion, load_ensemble_version
 from serve.model.loader import ServerServices, load_model_version
 from serve.model.served import ServedModel
-from serve.repository.discovery import ensemble_steps_on_disk, model_directories, prepare_config
+from serve.repository.discovery import (
+    NoVersionError,
+    ensemble_steps_on_disk,
+    model_directories,
+    prepare_config,
+)
 from serve.repository.names import (
     check_model_file,
     check_model_name,
@@ -33,6 +47,9 @@ from serve.repository.names import (
 )
 
 log = logging.getLogger("serve.repository")
+
+# Triton's reason for a model whose name is a folder of two repositories
+DUPLICATE_REASON = "model appears in two or more repositories"
 
 
 class ControlMode(enum.Enum):
@@ -69,21 +86,72 @@ def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
     return tuple(entries)
 
 
+@dataclass(frozen=True, slots=True)
+class ModelReading:
+    """How a model's folder is read and loaded (tritonserver's flags)."""
+
+    # --model-config-name: a model with configs/<name>.pbtxt is served with that config
+    config_name: str = ""
+    # false: configs are taken as written (--disable-auto-complete-config)
+    auto_complete: bool = True
+    # backend name ("" for every backend) -> settings (--backend-config)
+    backend_settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # how many times a version that failed to load is tried again (--model-load-retry-count)
+    load_retries: int = 0
+
+
 class ModelRepository:
-    def __init__(self, path: Path, mode: ControlMode, poll_seconds: float = 15.0) -> None:
-        self.path = path
+    def __init__(
+        self,
+        paths: Path | Sequence[Path],
+        mode: ControlMode,
+        poll_seconds: float = 15.0,
+        reading: ModelReading | None = None,
+    ) -> None:
+        self.paths = [paths] if isinstance(paths, Path) else list(paths)
+        if not self.paths:
+            raise ValueError("a model repository needs at least one folder")
+        self.reading = reading or ModelReading()
         self.mode = mode
         self.poll_seconds = poll_seconds
         self._records: dict[str, ModelRecord] = {}
         self._poller: asyncio.Task[None] | None = None
         self.services = ServerServices()  # what models loaded from now on may call
 
+    # -- the folders ----------------------------------------------------------------------------
+
+    def _on_disk(self) -> dict[str, list[Path]]:
+        """Every model folder of every repository by name (a name in two repositories has two
+        folders); ServeError when a repository is no folder."""
+        found: dict[str, list[Path]] = {}
+        for repository in self.paths:
+            for model_dir in model_directories(repository):
+                found.setdefault(model_dir.name, []).append(model_dir)
+        return found
+
+    def _folders(self, name: str) -> list[Path]:
+        """The folders named `name` (a checked model name) across the repositories."""
+        return [repository / name for repository in self.paths if (repository / name).is_dir()]
+
+    def _model_dir(self, name: str) -> Path | None:
+        """The folder of model `name` (a checked name); None when no repository has it;
+        ServeError when two have it."""
+        folders = self._folders(name)
+        if len(folders) > 1:
+            raise ServeError.unavailable(
+                f"{DUPLICATE_REASON}: {', '.join(str(folder) for folder in folders)}"
+            )
+        return folders[0] if folders else None
+
+    def _where(self) -> str:
+        return ", ".join(str(path) for path in self.paths)
+
     # -- start-up and shutdown ----------------------------------------------------------------
 
     async def start(self, load_models: list[str]) -> list[str]:
         """Load what the control mode asks for at start-up; failures are logged and recorded,
         not raised. Returns the names of the models that failed to load."""
-        names = [d.name for d in model_directories(self.path)]
+        names = sorted(self._on_disk())
         if self.mode == ControlMode.EXPLICIT:
             names = names if "*" in load_models else load_models
         failed: list[str] = []
@@ -97,10 +165,7 @@ class ModelRepository:
     async def _load_layers(self, names: list[str]) -> list[list[str]]:
         """`names` in loading order: models first, then each ensemble after the ensembles it
         calls (a cycle is left to the load to report)."""
-        steps = {
-            name: await asyncio.to_thread(ensemble_steps_on_disk, self.path / name)
-            for name in names
-        }
+        steps = {name: await asyncio.to_thread(self._ensemble_steps, name) for name in names}
         layers = [[name for name in names if steps[name] is None]]
         left = [name for name in names if steps[name] is not None]
         while left:
@@ -109,6 +174,12 @@ class ModelRepository:
             layers.append(layer)
             left = [n for n in left if n not in layer]
         return [layer for layer in layers if layer]
+
+    def _ensemble_steps(self, name: str) -> list[str] | None:
+        folders = self._folders(name)
+        if len(folders) != 1:
+            return None
+        return ensemble_steps_on_disk(folders[0], self.reading.config_name)
 
     async def _load_quietly(self, name: str) -> bool:
         try:
@@ -148,15 +219,18 @@ class ModelRepository:
         `callers`: the ensembles whose loading asked for this one (to refuse a cycle)."""
         try:
             check_model_name(name)
-            for relative in files or {}:
-                check_model_file(name, relative)
         except ServeError as exc:  # the name as given may hold anything: printed escaped
             raise ServeError(
                 exc.kind, f"failed to load '{printable(name)}': {exc.message}"
             ) from None
-        if not files and name not in self._records and not (self.path / name).is_dir():
-            # before a record exists: a name that is no model must not appear in the index
-            raise ServeError.not_found(f"failed to load '{name}': no such model in {self.path}")
+        try:
+            for relative in files or {}:
+                check_model_file(name, relative)
+            if not files and name not in self._records and not self._folders(name):
+                # before a record exists: a name that is no model must not appear in the index
+                raise ServeError.not_found(f"no such model in {self._where()}")
+        except ServeError as exc:
+            raise poll_failure(name, exc.message) from None
         record = self._records.setdefault(name, ModelRecord(name))
         async with record.lock:
             try:
@@ -164,9 +238,7 @@ class ModelRepository:
             except ServeError as exc:
                 raise _load_failure(name, exc) from None
             except OSError as exc:  # e.g. a file sent with the request that cannot be written
-                raise ServeError.internal(
-                    f"failed to load '{name}': failed to poll from model repository: {exc}"
-                ) from None
+                raise poll_failure(name, str(exc)) from None
 
     async def _load_locked(
         self,
@@ -176,25 +248,41 @@ class ModelRepository:
         callers: tuple[str, ...] = (),
     ) -> None:
         name = record.name
-        model_dir = self.path / name
         scratch: Path | None = None
-        if files:
-            if override is None:
-                raise ServeError.invalid(
-                    f"load of '{name}': file overrides need a 'config' parameter as well"
-                )
-            scratch = await asyncio.to_thread(_write_scratch_model, name, files)
-            model_dir = scratch
-        elif not model_dir.is_dir():
-            raise ServeError.not_found(f"no such model in {self.path}")
+        try:
+            if files:
+                if override is None:
+                    raise ServeError.invalid(
+                        f"load of '{name}': file overrides need a 'config' parameter as well"
+                    )
+                scratch = await asyncio.to_thread(_write_scratch_model, name, files)
+                model_dir = scratch
+            else:
+                found = self._model_dir(name)
+                if found is None:
+                    raise ServeError.not_found(f"no such model in {self._where()}")
+                model_dir = found
+        except ServeError as exc:
+            if not record.versions:
+                record.failure = exc.message
+            raise poll_failure(name, exc.message) from None
         try:
             fingerprint = await asyncio.to_thread(_fingerprint, model_dir)
-            config, versions, _ = await asyncio.to_thread(prepare_config, model_dir, override)
+            config, versions, _ = await asyncio.to_thread(
+                prepare_config,
+                model_dir,
+                override,
+                self.reading.config_name,
+                self.reading.auto_complete,
+                self.reading.backend_settings,
+            )
         except ServeError as exc:
             _discard(scratch)
             if not record.versions:
                 record.failure = exc.message
-            raise
+            if isinstance(exc, NoVersionError):  # Triton: a load failure, not a poll failure
+                raise ServeError.invalid(exc.message) from None
+            raise poll_failure(name, exc.message) from None
         if is_ensemble(config):
             try:
                 await self._load_composing(config, (*callers, name))
@@ -206,22 +294,26 @@ class ModelRepository:
         loaded: dict[int, ServedModel] = {}
         errors: list[str] = []
         for version in versions:
-            try:
-                if is_ensemble(config):
-                    loaded[version] = await load_ensemble_version(
-                        config, version, model_dir, self.get, self.services.response_cache
+            for attempt in range(1 + self.reading.load_retries):
+                try:
+                    loaded[version] = await self._load_version(config, version, model_dir)
+                    break
+                except Exception as exc:  # a backend's failure is this model's problem
+                    message = (
+                        exc.message
+                        if isinstance(exc, ServeError)
+                        else f"{type(exc).__name__}: {exc}"
                     )
-                    continue
-                loaded[version] = await load_model_version(
-                    config, version, model_dir, self.path, self.services
-                )
-            except ServeError as exc:
-                errors.append(f"version {version}: {exc.message}")
-                record.states[version] = VersionState("UNAVAILABLE", exc.message)
-            except Exception as exc:  # a backend's unexpected failure is this model's problem
-                message = f"{type(exc).__name__}: {exc}"
-                errors.append(f"version {version}: {message}")
-                record.states[version] = VersionState("UNAVAILABLE", message)
+                    if attempt < self.reading.load_retries:
+                        log.warning(
+                            "'%s' version %d failed to load (%s); trying again",
+                            name,
+                            version,
+                            message,
+                        )
+                        continue
+                    errors.append(f"version {version}: {message}")
+                    record.states[version] = VersionState("UNAVAILABLE", message)
         if not loaded:
             _discard(scratch)
             for version in record.versions:
@@ -246,6 +338,15 @@ class ModelRepository:
         if errors:
             log.warning("'%s' loaded with failed versions: %s", name, "; ".join(errors))
         log.info("loaded '%s' versions %s", name, sorted(loaded))
+
+    async def _load_version(
+        self, config: mc.ModelConfig, version: int, model_dir: Path
+    ) -> ServedModel:
+        if is_ensemble(config):
+            return await load_ensemble_version(
+                config, version, model_dir, self.get, self.services.response_cache
+            )
+        return await load_model_version(config, version, model_dir, model_dir.parent, self.services)
 
     async def _load_composing(self, config: mc.ModelConfig, callers: tuple[str, ...]) -> None:
         """In explicit mode, load the composing models that are not loaded yet (as Triton
@@ -296,8 +397,8 @@ class ModelRepository:
                 raise ServeError.invalid(
                     f"failed to unload '{printable(name)}': {exc.message}"
                 ) from None
-            if not (self.path / name).is_dir():
-                raise ServeError.not_found(f"failed to unload '{name}': no such model")
+            # nothing loaded under that name: nothing to do (tritonserver answers success too,
+            # for a model in no repository as well)
             return
         async with record.lock:
             versions = record.versions
@@ -348,7 +449,7 @@ class ModelRepository:
             check_model_name(name)
         except ServeError:
             return False
-        return (self.path / name).is_dir()
+        return bool(self._folders(name))
 
     def all_ready(self) -> bool:
         """Every model the server was asked to serve has all its versions ready (versions
@@ -376,10 +477,16 @@ class ModelRepository:
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """Triton's repository index: every model on disk, with each version's state."""
-        names = {d.name for d in model_directories(self.path)} | set(self._records)
+        on_disk = self._on_disk()
+        names = set(on_disk) | set(self._records)
         entries: list[dict[str, str]] = []
         for name in sorted(names):
             record = self._records.get(name)
+            if len(on_disk.get(name, [])) > 1:
+                if not ready_only:
+                    duplicate = {"state": "UNAVAILABLE", "reason": DUPLICATE_REASON}
+                    entries.append({"name": name, "version": "", **duplicate})
+                continue
             if record is None or (not record.states and not record.failure):
                 if not ready_only:
                     entries.append({"name": name})
@@ -424,18 +531,25 @@ class ModelRepository:
 
     async def poll_once(self) -> None:
         """Load new models, reload changed ones and unload removed ones."""
-        on_disk = {d.name for d in model_directories(self.path)}
+        folders = self._on_disk()
+        on_disk = set(folders)
         changed: dict[str, tuple[Any, ...]] = {}
         for name in sorted(on_disk):
             record = self._records.get(name)
-            fingerprint = await asyncio.to_thread(_fingerprint, self.path / name)
+            if len(folders[name]) > 1:  # not served while two repositories have it
+                if record is not None and (record.versions or not record.failure):
+                    await self.unload(name)
+                    record.failure = DUPLICATE_REASON
+                    record.fingerprint = ()
+                continue
+            fingerprint = await asyncio.to_thread(_fingerprint, folders[name][0])
             if record is None or fingerprint != record.fingerprint:
                 changed[name] = fingerprint
         for name in sorted(on_disk - set(changed)):  # an ensemble that waited for its models
             record = self._records.get(name)
             if record is None or record.versions:
                 continue
-            steps = await asyncio.to_thread(ensemble_steps_on_disk, self.path / name)
+            steps = await asyncio.to_thread(self._ensemble_steps, name)
             if steps and any(model in changed for model in steps):
                 changed[name] = record.fingerprint
         for layer in await self._load_layers(list(changed)):  # ensembles after their models
@@ -487,6 +601,14 @@ def _write_scratch_model(name: str, files: dict[str, bytes]) -> Path:
 def _discard(scratch: Path | None) -> None:
     if scratch is not None:
         shutil.rmtree(scratch.parent, ignore_errors=True)
+
+
+def poll_failure(name: str, why: str) -> ServeError:
+    """A load that failed before any version could load, answered as tritonserver answers it
+    (INTERNAL, "failed to load '<name>', failed to poll from model repository"), with why."""
+    return ServeError.internal(
+        f"failed to load '{name}', failed to poll from model repository: {why}"
+    )
 
 
 def _load_failure(name: str, exc: ServeError) -> ServeError:

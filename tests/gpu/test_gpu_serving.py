@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from serve.config.model_config import read_config_file
 from serve.platform import detect_platform
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.server_process import serving
+from tests.support.server_process import SERVE_BROKEN, serving
 from tuner.precision import PrecisionVariant, prepare_variants
 from tuner.precision.tensorrt_engine import build_engine
 
@@ -166,7 +166,9 @@ def test_a_listed_gpu_the_machine_lacks_fails_only_that_model(tmp_path: Path) ->
     missing = len(HERE.gpus) + 3
     config += f"\ninstance_group [{{ kind: KIND_GPU gpus: [ {missing} ] }}]\n"
     (repository / "far" / "config.pbtxt").write_text(config)
-    with serving(repository, tmp_path / "server.log", "--strict-readiness", "false") as server:
+    with serving(
+        repository, tmp_path / "server.log", "--strict-readiness", "false", *SERVE_BROKEN
+    ) as server:
         index = {
             m["name"]: m
             for m in httpclient.InferenceServerClient(server.url).get_model_repository_index()

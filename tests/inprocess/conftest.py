@@ -35,7 +35,7 @@ async def asgi_client_for(
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client whose requests go straight into the app serving `repository`; the
     models are unloaded (python stub processes stopped) when the block ends."""
-    options = ServerOptions(repository, control_mode=control_mode, load_models=load_models or [])
+    options = ServerOptions([repository], control_mode=control_mode, load_models=load_models or [])
     async with open_http_app(options) as app:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL, timeout=30) as client:

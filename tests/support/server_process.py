@@ -17,6 +17,10 @@ import httpx
 
 from common.serve_process import start_serve_process, stop_serve_process
 
+# For a repository holding models that fail to load on purpose while the others serve:
+# tritonserver's default (and ours), --exit-on-error true, would stop the server instead.
+SERVE_BROKEN = ("--exit-on-error", "false")
+
 _GRPC_STARTED = re.compile(r"Started GRPCInferenceService at ([0-9.]+):(\d+)")
 _METRICS_STARTED = re.compile(r"Started Metrics Service at ([0-9.]+):(\d+)")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -19,7 +20,9 @@ class PythonBackend(Backend):
     name = "python"
     default_model_filename = "model.py"
 
-    def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:
+    def autocomplete(
+        self, config: mc.ModelConfig, model_path: Path, settings: Mapping[str, str] | None = None
+    ) -> None:
         autocomplete_python_config(config, model_path)
 
     def gpu_unavailable_reason(self, platform: ServingPlatform) -> str | None:

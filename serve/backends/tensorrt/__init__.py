@@ -3,6 +3,7 @@ on GPUs only, one execution context and CUDA stream per instance (docs/gpu.md)."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -27,7 +28,9 @@ class TensorRTBackend(Backend):
             return "no GPU is visible"
         return missing_runtime()
 
-    def autocomplete(self, config: mc.ModelConfig, model_path: Path) -> None:
+    def autocomplete(
+        self, config: mc.ModelConfig, model_path: Path, settings: Mapping[str, str] | None = None
+    ) -> None:
         """Inputs, outputs and max_batch_size from the engine, as Triton's tensorrt backend
         completes them. Reading an engine needs a GPU and TensorRT: without them a config that
         declares everything is taken as it is, one that does not is refused, saying why."""

@@ -61,7 +61,8 @@ def test_id_names_the_server_over_http_and_grpc(
 
 def test_strict_readiness_waits_for_every_model(broken_repository: Path, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    process, url = start_serve_process(broken_repository, log)  # default: strict readiness
+    # default: strict readiness; --exit-on-error false keeps it serving without 'broken'
+    process, url = start_serve_process(broken_repository, log, ["--exit-on-error", "false"])
     try:
         client = httpclient.InferenceServerClient(url)
         assert client.is_server_live()
@@ -101,7 +102,14 @@ def test_strict_readiness_follows_explicit_loads(
 
 
 def test_without_strict_readiness_ready_while_live(broken_repository: Path, tmp_path: Path) -> None:
-    server = start_server(broken_repository, tmp_path / "server.log", "--strict-readiness", "false")
+    server = start_server(
+        broken_repository,
+        tmp_path / "server.log",
+        "--strict-readiness",
+        "false",
+        "--exit-on-error",
+        "false",
+    )
     try:
         client = httpclient.InferenceServerClient(server.url)
         assert client.is_server_ready()
@@ -111,7 +119,11 @@ def test_without_strict_readiness_ready_while_live(broken_repository: Path, tmp_
         stop_server(server)
 
 
-def test_exit_on_error_exits_non_zero_when_a_model_fails(broken_repository: Path) -> None:
+@pytest.mark.parametrize("flags", [[], ["--exit-on-error", "true"]], ids=["default", "true"])
+def test_exit_on_error_exits_non_zero_when_a_model_fails(
+    broken_repository: Path, flags: list[str]
+) -> None:
+    """true by default, as tritonserver's."""
     command = [
         sys.executable,
         "-m",
@@ -124,8 +136,7 @@ def test_exit_on_error_exits_non_zero_when_a_model_fails(broken_repository: Path
         "0",
         "--metrics-port",
         "0",
-        "--exit-on-error",
-        "true",
+        *flags,
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -56,10 +57,13 @@ def _stats(url: str, model: str) -> dict[str, object]:
         client.close()
 
 
+@pytest.mark.parametrize(
+    "flags", [CACHE, ("--response-cache-byte-size", "1048576")], ids=["cache-config", "deprecated"]
+)
 def test_a_repeated_request_is_answered_from_the_cache_as_triton_counts_it(
-    make_repository: RepositoryFactory, tmp_path: Path
+    make_repository: RepositoryFactory, tmp_path: Path, flags: tuple[str, str]
 ) -> None:
-    with serving(_repository(make_repository), tmp_path / "server.log", *CACHE) as server:
+    with serving(_repository(make_repository), tmp_path / "server.log", *flags) as server:
         http = httpclient.InferenceServerClient(server.url)
         grpc = grpcclient.InferenceServerClient(server.grpc_url)
         answers = [http.infer("cached", _inputs(httpclient, 0)) for _ in range(2)]

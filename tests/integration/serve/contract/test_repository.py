@@ -80,18 +80,21 @@ def test_bad_override_keeps_the_previous_model_serving(client: ContractClient) -
     config.dynamic_batching.preferred_batch_size.append(64)  # over max_batch_size 8
     with pytest.raises(ContractError) as caught:
         client.load("simple", config)
-    assert caught.value.means(ErrorKind.INVALID_ARGUMENT), caught.value
+    # as tritonserver answers a config it cannot poll: INTERNAL (500), then why
+    assert caught.value.means(ErrorKind.INTERNAL), caught.value
+    assert "failed to load 'simple', failed to poll from model repository" in caught.value.message
     assert "preferred_batch_size" in caught.value.message
     assert client.model_ready("simple")
     assert list(client.model_config("simple").dynamic_batching.preferred_batch_size) == []
     assert_still_serving(client)
 
 
-def test_loading_an_unknown_model_is_not_found(client: ContractClient) -> None:
+def test_loading_an_unknown_model_fails_as_in_tritonserver(client: ContractClient) -> None:
     with pytest.raises(ContractError) as caught:
         client.load("nope")
-    assert caught.value.means(ErrorKind.NOT_FOUND), caught.value
-    assert "nope" in caught.value.message
+    assert caught.value.means(ErrorKind.INTERNAL), caught.value
+    assert "failed to load 'nope', failed to poll from model repository" in caught.value.message
+    assert "no such model" in caught.value.message
     assert "nope" not in _states(client)  # a failed lookup adds nothing to the index
     assert_still_serving(client)
 

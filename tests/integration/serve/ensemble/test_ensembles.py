@@ -23,7 +23,7 @@ from tests.integration.serve.ensemble.repository import (
     good_ensembles,
     write_repository,
 )
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import SERVE_BROKEN, RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,7 +37,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     rendezvous.mkdir()
     models = composing_configs(rendezvous) | good_ensembles() | bad_ensembles()
     repository = write_repository(root, models)
-    running = start_server(repository, root / "server.log", "--strict-readiness", "false")
+    running = start_server(
+        repository, root / "server.log", "--strict-readiness", "false", *SERVE_BROKEN
+    )
     try:
         yield running
     finally:

@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 
 from serve.backends.python.environment import default_cache
 from tests.support.python_envs import RUNNING_PYTHON, make_env, pack
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import SERVE_BROKEN, RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -114,7 +114,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     )
     make_env(other_python / "env", package, version, python=OTHER_PYTHON)
     cached = default_cache() / hashlib.sha256(archive.read_bytes()).hexdigest()
-    running = start_server(repository, root / "server.log", "--strict-readiness", "false")
+    running = start_server(
+        repository, root / "server.log", "--strict-readiness", "false", *SERVE_BROKEN
+    )
     try:
         yield Served(running, package, version)
     finally:

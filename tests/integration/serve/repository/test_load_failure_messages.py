@@ -1,5 +1,8 @@
 """Every failed load says "failed to load '<name>'", as Triton words it and its clients (the
-model-control examples among them) match on; the server keeps serving after each."""
+model-control examples among them) match on; the server keeps serving after each. A load that
+fails before any version loads (a malformed override, no such model, a config that cannot
+load) is answered as tritonserver 2.51 answers it: INTERNAL (HTTP 500), "failed to load
+'<name>', failed to poll from model repository", followed here by the reason."""
 
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         stop_server(running)
 
 
+POLL_FAILURE = "failed to poll from model repository"
+
 # (model, load keyword arguments): a malformed config override, a model that does not exist,
 # a model whose config cannot load
 FAILURES = [
@@ -65,7 +70,8 @@ def test_failed_loads_say_so_over_http(server: RunningServer, model: str, kwargs
     client = httpclient.InferenceServerClient(server.url)
     with pytest.raises(InferenceServerException) as caught:
         client.load_model(model, **kwargs)
-    assert f"failed to load '{model}'" in caught.value.message()
+    assert f"failed to load '{model}', {POLL_FAILURE}" in caught.value.message()
+    assert caught.value.status() == "500"
     assert client.is_model_ready("simple")
 
 
@@ -74,7 +80,8 @@ def test_failed_loads_say_so_over_grpc(server: RunningServer, model: str, kwargs
     client = grpcclient.InferenceServerClient(server.grpc_url)
     with pytest.raises(InferenceServerException) as caught:
         client.load_model(model, **kwargs)
-    assert f"failed to load '{model}'" in caught.value.message()
+    assert f"failed to load '{model}', {POLL_FAILURE}" in caught.value.message()
+    assert caught.value.status() == "StatusCode.INTERNAL"
     assert client.is_model_ready("simple")
 
 
@@ -86,3 +93,16 @@ def test_an_unknown_load_parameter_fails_the_load(server: RunningServer) -> None
     assert response.status_code == 400
     assert "failed to load 'simple'" in response.json()["error"]
     assert "'colour'" in response.json()["error"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_unloading_a_model_never_loaded_succeeds_as_in_tritonserver(
+    server: RunningServer, protocol: str
+) -> None:
+    if protocol == "http":
+        client = httpclient.InferenceServerClient(server.url)
+    else:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.unload_model("missing")  # in no repository
+    client.unload_model("broken")  # in the repository, never loaded
+    assert client.is_model_ready("simple")

@@ -12,7 +12,7 @@ import numpy as np
 import tritonclient.http as httpclient
 
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.server_process import start_server, stop_server
+from tests.support.server_process import SERVE_BROKEN, start_server, stop_server
 
 COUNTING_MODEL = """
 import json
@@ -48,7 +48,7 @@ model_warmup [{ name: "zeros" batch_size: 3 count: 2
 
 
 def _server(tmp_path: Path, repository: Path, *extra: str):
-    return start_server(repository, tmp_path / "server.log", *extra)
+    return start_server(repository, tmp_path / "server.log", *SERVE_BROKEN, *extra)
 
 
 def _simple_request(value: int) -> dict[str, object]:

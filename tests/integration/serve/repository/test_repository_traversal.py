@@ -132,6 +132,7 @@ MODEL = (BUNDLED_REPOSITORY / "simple" / "1" / "model.onnx").read_bytes()
         ({"/tmp/escape.onnx": MODEL}, "is absolute"),
         ({"1//model.onnx": MODEL}, "an empty part"),
         ({"1/model.onnx": MODEL, "1/model.onnx/inner": MODEL}, "both a file and a folder"),
+        ({"1/" + "A" * 256: MODEL}, "a part longer than 255 bytes"),
     ],
 )
 def test_load_files_leading_out_are_refused_and_leave_nothing(
@@ -139,8 +140,12 @@ def test_load_files_leading_out_are_refused_and_leave_nothing(
 ) -> None:
     before = sorted(setup.scratch.iterdir())
     response = _file_load(setup.server, files)
-    assert response.status_code == 400, response.text
-    assert "failed to load 'uploaded'" in response.json()["error"]
+    # as tritonserver answers a load whose files cannot be written: 500, a poll failure
+    assert response.status_code == 500, response.text
+    assert (
+        "failed to load 'uploaded', failed to poll from model repository"
+        in response.json()["error"]
+    )
     assert problem in response.json()["error"]
     assert sorted(setup.scratch.iterdir()) == before
     assert _loaded_names(setup.server) == {"simple"}

@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.conftest import RepositoryFactory
-from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.server_process import SERVE_BROKEN, RunningServer, start_server, stop_server
 
 SIMPLE_WITH_DELAY = """# from: simple
 name: "batched"
@@ -53,7 +53,9 @@ def scheduling_server(make_repository: RepositoryFactory, tmp_path: Path):
         {"batched": SIMPLE_WITH_DELAY, "slow_py": SLOW_PYTHON_SMALL_QUEUE, "broken": BROKEN}
     )
     # "broken" never loads: with strict readiness (the default) the server would never be ready
-    running = start_server(repository, tmp_path / "server.log", "--strict-readiness", "false")
+    running = start_server(
+        repository, tmp_path / "server.log", "--strict-readiness", "false", *SERVE_BROKEN
+    )
     try:
         yield running
     finally:
