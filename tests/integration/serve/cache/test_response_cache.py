@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import httpx
-import pytest
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
