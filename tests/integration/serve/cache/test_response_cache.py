@@ -6,8 +6,6 @@ a hit answers only the outputs asked for, and the nv_cache_* metrics agree."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -17,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.integration.conftest import RepositoryFactory
-from tests.support.server_process import serving
+from tests.support.server_process import refused_start, serving
 
 CONFIG = """# from: simple
 name: "{name}"
@@ -150,20 +148,7 @@ def test_without_cache_config_a_model_that_enables_the_cache_runs_every_request(
 def test_a_cache_config_that_is_not_tritons_is_refused_naming_the_flag(
     make_repository: RepositoryFactory, tmp_path: Path
 ) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "serve",
-            "--model-repository",
-            str(tmp_path),
-            "--cache-config",
-            "redis,host=127.0.0.1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = refused_start(tmp_path, "--cache-config", "redis,host=127.0.0.1")
     assert result.returncode == 2
     assert "--cache-config 'redis,host=127.0.0.1': cache 'redis' is not available here" in (
         result.stderr
