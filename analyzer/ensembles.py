@@ -20,6 +20,8 @@ ENSEMBLE_PLATFORM = "ensemble"
 
 @dataclass(frozen=True, slots=True)
 class ComposingModel:
+    """One model an ensemble's steps use, with the config the server gave for it."""
+
     name: str
     version: str  # "" = the latest the server has
     parent: str  # the ensemble one of whose steps it is
@@ -31,14 +33,19 @@ class ComposingModel:
 
 
 class ConfigClient(Protocol):
+    """What reading the composing models needs of a client: a model's config as JSON."""
+
     async def model_config(self, model: str, version: str = "") -> dict[str, Any]: ...
 
 
 def is_ensemble(config: Mapping[str, Any]) -> bool:
+    """Whether `config` (the server's JSON) is an ensemble's: its platform is "ensemble"."""
     return config.get("platform") == ENSEMBLE_PLATFORM
 
 
 def is_sequence_model(config: Mapping[str, Any], composing: tuple[ComposingModel, ...]) -> bool:
+    """Whether the load must be sent as sequences: the model, or any of its composing
+    models, has `sequence_batching`."""
     return "sequence_batching" in config or any(
         "sequence_batching" in model.config for model in composing
     )

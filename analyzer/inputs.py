@@ -96,6 +96,8 @@ def build_input_streams(model: ModelInfo, options: LoadOptions) -> list[list[Inp
 
 
 def check_batch_size(model: ModelInfo, batch_size: int) -> int:
+    """`-b`, checked: at least 1, at most the model's max_batch_size, 1 for a model that does
+    not batch; AnalyzerError otherwise."""
     if batch_size < 1:
         raise AnalyzerError(f"-b (batch size) must be at least 1, got {batch_size}")
     if model.max_batch_size == 0 and batch_size > 1:

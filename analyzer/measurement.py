@@ -103,11 +103,6 @@ class Measurement:
     composing: dict[str, ServerBreakdown] = field(default_factory=dict)
 
     @property
-    def response_wait_us(self) -> float:
-        """Average time between the request written and the response's first byte."""
-        return max(0.0, self.latency_avg_us - self.client_send_us - self.client_recv_us)
-
-    @property
     def level(self) -> float:
         """The concurrency, or the request rate in request-rate mode."""
         return self.concurrency if self.concurrency else self.request_rate

@@ -30,6 +30,8 @@ DEFAULT_METRICS_INTERVAL_MS = 1000
 
 @dataclass(frozen=True, slots=True)
 class Outputs:
+    """Where a perf run's results go besides the console table (None: not written)."""
+
     csv: Path | None = None  # -f
     verbose_csv: bool = False
     profile_export: Path | None = None
@@ -40,6 +42,8 @@ class Outputs:
 
 @dataclass(frozen=True, slots=True)
 class PerfConfig:
+    """A perf run, resolved: what to send, how to measure, which levels, which outputs."""
+
     options: LoadOptions
     settings: MeasureSettings
     spec: SweepSpec

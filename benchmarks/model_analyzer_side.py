@@ -1,48 +1,60 @@
-"""NVIDIA Triton Model Analyzer 1.58 on the tuner's benchmark models and budgets, on Triton 2.51.
+"""One server, two searches: NVIDIA Triton Model Analyzer 1.58 and autotune, each tuning the same
+models on the same tritonserver 2.51, then each winner measured again on one tritonserver by one
+client.
 
-The other half of benchmarks/tuner_quality.py: the same models and p95 budgets (digits <= 10 ms,
-resnet18 <= 150 ms), searched by the tool users would pick instead. For each model and mode
-(`quick`, `optuna`) it prints and writes to benchmarks/results/model_analyzer-<model>-<mode>.json:
-the best feasible throughput (the highest perf_throughput among Model Analyzer's measurements
-whose p95 meets the budget), the configs and measurements it took, its wall time and the winning
-config; `load_results(model)` reads them back for tuner_quality.py.
+Models and budgets as benchmarks/tuner_quality.py's: digits p95 <= 10 ms, resnet18 p95 <= 150 ms.
+The server: tritonserver 2.51 (the nvidia-pytriton 0.7.0 wheel, scripts/install_triton_peer.sh),
+local launch, CPU only. It has no onnxruntime backend, so each model is a python model running
+the bundled model.onnx on onnxruntime (benchmarks/python_models.py: the requests of a batch
+joined into one run, `intra_op_thread_count` from the config's parameters), its config otherwise
+as bundled; its outputs are checked against in-process onnxruntime before anything is measured.
+Both tools search that one repository.
 
-How Model Analyzer runs here:
-- Triton 2.51 from the nvidia-pytriton wheel has no onnxruntime backend, so each model is a
-  python model running the same model.onnx on onnxruntime (a batch of requests joined into one
-  session run, as our onnxruntime backend does; `intra_op_thread_count` from the config's
-  parameters), with the bundled config.pbtxt otherwise unchanged (max_batch_size, inputs,
-  dynamic batching, one CPU instance). Triton is started once with that repository and every
-  model checked with tritonclient against in-process onnxruntime before Model Analyzer runs.
-- `model-analyzer profile` with triton_launch_mode local (it starts the Triton wrapper of
-  scripts/install_triton_peer.sh itself, on free 127.0.0.1 ports), perf_analyzer 2.51
-  (scripts/install_perf_analyzer.sh), cpu_only, objective perf_throughput, the budget as
-  constraint `perf_latency_p95: {max: ms}`, each run in a scratch folder (its output
-  repository, checkpoints, results CSVs and summary report) deleted afterwards unless --keep.
-  The wall time includes its summary step (which writes the CSVs read here: a few seconds);
-  the detailed reports are skipped. "configs" counts the model configs it measured (its
-  default included), "measured" the rows of its results CSV (one per config and concurrency).
-- Search spaces, Model Analyzer's defaults for a single model:
-  quick: its default config first (the config as written, at concurrency 2 x max_batch_size
-  x instances), then hill climbing from max_batch_size 1, one instance over max_batch_size
-  (powers of two, no upper bound) x instance count (1, 2, 3, ..., no upper bound), dynamic
-  batching on, concurrency 2 x max_batch_size x instances, a step kept only when it meets the
-  constraint (or comes closer to it); then its top 3 configs (and the default) swept over
-  concurrency 1..1024 (powers of two, then a binary search at the constraint boundary).
-  optuna: its default config first, then TPE over max_batch_size 1..128 (powers of two) x
-  instances 1..5 x concurrency 1..1024 (powers of two), 440 points, dynamic batching on; 22 to
-  44 trials (5-10% of the space), ending early after 10 trials without improvement once 22
-  are done; then the same concurrency sweep of its top 3. Its score is the throughput gain
-  over the default config: the budget is not in it (it only ranks the top configs).
-  Neither searches intra_op_thread_count, queue delay, preferred batch size or precision.
-  On resnet18 its concurrency is capped at 32 and its optuna trials kept at 22-44
-  (MODEL_SETTINGS says why); each run's JSON records the settings changed.
+For each model, the `--modes` in the order given (default quick, autotune, optuna: the tools
+take turns, so a slow spell of the machine does not fall on one tool alone):
+- `quick`, `optuna`, `brute`: `model-analyzer profile` in that mode (benchmarks/
+  model_analyzer_run.py says how: triton_launch_mode local, cpu_only, objective
+  perf_throughput, the budget as constraint perf_latency_p95, perf_analyzer 2.51 measuring);
+  model_analyzer-<model>-<mode>.json. `brute` is not in the default (over an hour a model).
+- `autotune`: `autotune --latency-p95 <budget> -m <model> --server tritonserver --tritonserver
+  <wrapper>` on a copy of the repository, our analyzer measuring every trial, the tuner's
+  defaults otherwise (search climb, 500 ms windows, its top 3 re-measured 3 times), write-back
+  on (benchmarks/autotune_on_triton.py); autotune_on_triton-<model>.json. Its time:
+  `--time-budget` = AUTOTUNE_TIME_SHARE x Model Analyzer quick's wall time on that model (this
+  run's, else the one recorded in --output), the margin for its start-up and last trial (a
+  run ends at most about one trial after its budget); `--trials` only bounds it from above.
+  Without a quick wall time, `--autotune-trials` alone.
+- Both searches speak `--protocol` (gRPC, Model Analyzer's default): Model Analyzer's
+  client_protocol and the tuner's `-i`.
 
-Full run (long: every config is a model reload and several perf_analyzer runs; on a quiet
-machine, nothing else running):
+Then (`--repeats` N, 0 skips it) the winners (the config as written, each Model Analyzer
+mode's recorded winner, autotune's written config; those recorded in --output count too, so
+runs can be split by mode) are measured again on ONE tritonserver by ONE client, the real
+perf_analyzer 2.51 over --protocol, interleaved over N rounds (benchmarks/triton_remeasure.py:
+each round loads, sweeps and unloads each winner in turn; the sweep, concurrency 1, 2, 4, ...
+until the p95 passes the budget, then a binary search, is the same for every winner, and the
+figure is the highest throughput within the budget; each winner is also measured at the
+concurrency its tool reported). model_analyzer_side-<model>.json holds both searches' figures
+(best feasible throughput by the tool's own client, configs measured, wall time), every
+re-measured point and round, medians and ranges, the ratios and the goal's checks (autotune's
+re-measured median >= 1.1x Model Analyzer quick's and >= brute's, in no more wall time than
+quick). Every JSON has the date, machine, git revision, command and settings.
+
+What the tuner's space holds for these python models (`tuner/run.py: model_space`), as it
+does for any python model: it cannot look inside model.py, so max_batch_size goes up to what
+the config declares (digits 64, resnet18 16; Model Analyzer goes to 128 or, quick, no bound),
+it does not know that this model.py reads `intra_op_thread_count` (threads stay as written: 1
+for digits, 2 for resnet18), and a precision variant of the model.onnx the python model loads
+is not its to make (no int8). It searches batching on/off, max_batch_size, queue delay,
+preferred batch size and the instance count. Neither side is given anything the other lacks.
+
+Full run (long: hours; on a quiet machine, nothing else running):
     python benchmarks/model_analyzer_side.py
-Smoke run (digits, a handful of configs, to prove the path; writes to a temporary folder):
-    python benchmarks/model_analyzer_side.py --smoke --models digits --output /tmp/ma-smoke
+    python benchmarks/model_analyzer_side.py --models digits --modes brute --repeats 0  # then:
+    python benchmarks/model_analyzer_side.py --modes none --repeats 3   # re-measure only
+Smoke run (digits, a few small configs and trials, short windows; into a new temporary folder
+unless --output names one):
+    python benchmarks/model_analyzer_side.py --smoke
 
 Installs on first use: scripts/install_model_analyzer.sh, install_triton_peer.sh and
 install_perf_analyzer.sh (all under .cache/).
@@ -51,70 +63,63 @@ install_perf_analyzer.sh (all under .cache/).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import csv
 import datetime
 import json
 import os
-import signal
-import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-from peer import ROOT, check_outputs, free_port, install, run_main, triton
+from autotune_on_triton import AutotuneSettings, load_result, run_autotune
+from autotune_on_triton import write_result as write_autotune
+from model_analyzer_run import (
+    BUDGETS_MS,
+    DEFAULT_PROTOCOL,
+    MODEL_ANALYZER,
+    RESULTS,
+    TRITON,
+    load_results,
+    profile_config,
+    run_profile,
+    summarize,
+    write_result,
+)
+from model_analyzer_run import MODES as MA_MODES
+from peer import ROOT, check_outputs, install, revision, run_main, triton
 from python_models import ORT_TOLERANCE, build_bundled, reference, write_python_repository
+from triton_remeasure import Contender, SweepSettings, group_contenders, remeasure, write_served
 
 from common.atomic import write_text_atomic
-from common.tied_child import tied_command
 from gate.machine import describe_machine
 
-BUDGETS_MS = {"digits": 10.0, "resnet18": 150.0}
-MODES = ("quick", "optuna")
-RESULTS = ROOT / "benchmarks" / "results"
-GROUP_STOP_GRACE_S = 40.0
-MODEL_ANALYZER = "triton-model-analyzer 1.58.0"
-TRITON = "tritonserver 2.51.0 (nvidia-pytriton 0.7.0), python backend"
-# What --smoke changes in Model Analyzer's settings: a few small configs, low concurrency
-# (its default config still runs at 2 x max_batch_size x instances), 1 s time windows stable
-# within 50% (by default it enlarges its windows whenever they are not stable within 10%).
-SMOKE_SHARED: dict[str, Any] = {
-    "run_config_search_max_model_batch_size": 4,
-    "run_config_search_max_instance_count": 1,
-    "run_config_search_max_concurrency": 8,
-    "num_configs_per_model": 1,
-    "perf_analyzer_flags": {
-        "measurement-mode": "time_windows",
-        "measurement-interval": 1000,
-        "stability-percentage": 50,
-    },
-}
-# resnet18 runs at < 100 infer/s here, so by Little's law (concurrency = throughput x latency)
-# no concurrency above ~15 can meet its 150 ms p95: Model Analyzer's concurrency is capped at
-# 32 for it, which removes only points that cannot be feasible. Unbounded, each of those
-# points took minutes (at 40 infer/s a window of its 400 requests lasts 10 s, and it keeps
-# enlarging windows that are not stable within 10%). Its optuna mode sizes its trial budget
-# by its space (5-10% of it), so the default space's 22-44 trials are set explicitly.
-MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
-    "resnet18": {
-        "quick": {"run_config_search_max_concurrency": 32},
-        "optuna": {
-            "run_config_search_max_concurrency": 32,
-            "optuna_min_trials": 22,
-            "optuna_max_trials": 44,
-        },
-    },
-}
-SMOKE_SETTINGS: dict[str, dict[str, Any]] = {
-    "quick": SMOKE_SHARED,
-    "optuna": {
-        **SMOKE_SHARED,
-        "optuna_min_trials": 2,
-        "optuna_max_trials": 3,
-        "concurrency_sweep_disable": True,
-    },
+MODES = (*MA_MODES, "autotune")
+DEFAULT_MODES = ("quick", "autotune", "optuna")
+# autotune's --time-budget as a share of Model Analyzer quick's wall time on the model.
+AUTOTUNE_TIME_SHARE = 0.9
+AUTOTUNE_TRIALS = 60
+SMOKE_AUTOTUNE_TRIALS = 3
+# The smoke run's tuner: short windows, its top 2 re-measured once.
+SMOKE_AUTOTUNE_FLAGS = (
+    *("--measurement-interval", "200"),
+    *("--remeasure-top", "2", "--remeasure-repeats", "1"),
+)
+# The re-measure's perf_analyzer windows and the sweep's highest concurrency: by Little's law
+# (concurrency = throughput x latency) nothing above them can meet the budget here (digits
+# < 15,000 infer/s x 10 ms; resnet18 < 100 infer/s x 150 ms); resnet18's windows hold ~100
+# requests at its rate.
+REMEASURE_WINDOW_MS = {"digits": 1000, "resnet18": 3000}
+SWEEP_MAX_CONCURRENCY = {"digits": 256, "resnet18": 32}
+SMOKE_WINDOW_MS = {"digits": 500, "resnet18": 2000}
+SMOKE_MAX_CONCURRENCY = 8
+SMOKE_REPEATS = 2
+GOAL_QUICK_RATIO = 1.1
+LABELS = {
+    "quick": "Model Analyzer quick",
+    "optuna": "Model Analyzer optuna",
+    "brute": "Model Analyzer brute",
+    "autotune": "autotune",
 }
 
 
@@ -127,268 +132,360 @@ def check_peer(wrapper: Path, repository: Path, models: list[str], scratch: Path
     print(f"triton: {', '.join(models)} answer as in-process onnxruntime (grpc and http)")
 
 
-def profile_config(
-    model: str, mode: str, repository: Path, run_dir: Path, paths: dict[str, Path], smoke: bool
+def run_model_analyzer(
+    model: str, mode: str, repository: Path, scratch: Path, paths: dict[str, Path], args: Any
 ) -> dict[str, Any]:
-    """Model Analyzer's profile config (JSON is YAML) for one model and search mode."""
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    config: dict[str, Any] = {
-        "model_repository": str(repository),
-        "output_model_repository_path": str(run_dir / "output_model_repository"),
-        "override_output_model_repository": True,
-        "checkpoint_directory": str(run_dir / "checkpoints"),
-        "export_path": str(run_dir / "export"),
-        "run_config_search_mode": mode,
-        "triton_launch_mode": "local",
-        "triton_server_path": str(paths["triton"]),
-        "triton_output_path": str(run_dir / "triton.log"),
-        "triton_http_endpoint": f"127.0.0.1:{http}",
-        "triton_grpc_endpoint": f"127.0.0.1:{grpc}",
-        "triton_metrics_url": f"http://127.0.0.1:{metrics}/metrics",
-        "triton_server_flags": {
-            "http-address": "127.0.0.1",
-            "grpc-address": "127.0.0.1",
-            "metrics-address": "127.0.0.1",
-        },
-        "perf_analyzer_path": str(paths["perf_analyzer"]),
-        # The summary step writes the results CSVs read here; the detailed reports are skipped.
-        "skip_detailed_reports": True,
-        "objectives": {"perf_throughput": 10},
-        "inference_output_fields": [
-            "model_name",
-            "batch_size",
-            "concurrency",
-            "model_config_path",
-            "instance_group",
-            "max_batch_size",
-            "satisfies_constraints",
-            "perf_throughput",
-            "perf_latency_p95",
-            "perf_latency_p99",
-        ],
-        "profile_models": {
-            model: {
-                "cpu_only": True,
-                "constraints": {"perf_latency_p95": {"max": BUDGETS_MS[model]}},
-            }
-        },
-    }
-    config.update(MODEL_SETTINGS.get(model, {}).get(mode, {}))
-    if smoke:
-        config.update(SMOKE_SETTINGS[mode])
-    return config
+    run_dir = scratch / f"{model}-{mode}"
+    run_dir.mkdir()
+    config = profile_config(model, mode, repository, run_dir, paths, args.smoke, args.protocol)
+    print(f"{model} {mode}: model-analyzer profile ...", flush=True)
+    seconds = run_profile(paths["model_analyzer"], paths["triton"], config, run_dir)
+    return summarize(model, mode, run_dir, seconds, args.smoke, config, sys.argv)
 
 
-def run_profile(command: Path, triton: Path, config: dict[str, Any], run_dir: Path) -> float:
-    """`model-analyzer profile` with `config`; its wall time in seconds."""
-    config_path = run_dir / "config.yaml"
-    config_path.write_text(json.dumps(config, indent=2))
-    log = run_dir / "model-analyzer.log"
-    started = time.monotonic()
-    # A session of its own: Model Analyzer starts tritonserver and perf_analyzer, which a
-    # signal to it alone would leave running, so the whole group is stopped.
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            tied_command([str(command), "profile", "-f", str(config_path)]),
-            cwd=run_dir,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        returncode = process.wait()
-    finally:
-        stop_group(process)
-        stop_strays(triton, run_dir.parent)
-    seconds = time.monotonic() - started
-    if returncode != 0:
-        tail = log.read_text(errors="replace")[-4000:]
-        raise SystemExit(f"model-analyzer profile failed ({returncode}):\n{tail}")
-    return seconds
+def recorded_quick(model: str, directory: Path, smoke: bool) -> dict[str, Any] | None:
+    quick = [r for r in load_results(model, directory) if r["mode"] == "quick"]
+    return quick[0] if quick and quick[0]["smoke"] == smoke else None
 
 
-def stop_strays(triton: Path, scratch: Path) -> None:
-    """SIGKILL the tritonserver (and its python backend stubs) left serving `scratch`'s
-    repositories: Model Analyzer starts tritonserver in a session of its own, which stopping
-    Model Analyzer's group (an interrupted run) leaves running."""
-    installed, marker = str(triton.resolve().parents[1]), str(scratch)  # the peer install
-    for process in psutil.process_iter(["cmdline"]):
-        arguments = process.info["cmdline"] or [""]
-        if arguments[0].startswith(installed) and any(marker in a for a in arguments):
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-
-
-def stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to what is left of the process group `process` leads, SIGKILL after a grace
-    period (tritonserver waits up to 30 s for requests in flight)."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:  # the group ended with Model Analyzer
-        process.wait()
-        return
-    deadline = time.monotonic() + GROUP_STOP_GRACE_S
-    while time.monotonic() < deadline:
-        process.poll()  # reaped, Model Analyzer itself no longer counts as a member
-        try:
-            os.killpg(process.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
+def autotune_settings(model: str, args: Any) -> AutotuneSettings:
+    """The tuner's trials and time budget for `model`: a share of quick's wall time (recorded
+    in --output, by this run or an earlier one), or --autotune-time-budget when given."""
+    trials = args.autotune_trials or (SMOKE_AUTOTUNE_TRIALS if args.smoke else AUTOTUNE_TRIALS)
+    extra = SMOKE_AUTOTUNE_FLAGS if args.smoke else ()
+    budget: float | None = None
+    source = "none: --trials bounds the run"
+    if args.autotune_time_budget is not None:
+        if args.autotune_time_budget > 0:
+            budget, source = args.autotune_time_budget, "--autotune-time-budget"
     else:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+        quick = recorded_quick(model, args.output, args.smoke)
+        if quick is not None:
+            budget = AUTOTUNE_TIME_SHARE * quick["wall_s"]
+            source = (
+                f"{AUTOTUNE_TIME_SHARE} x Model Analyzer quick's wall time "
+                f"({quick['wall_s']:.0f} s, {quick['date']})"
+            )
+    return AutotuneSettings(args.protocol, trials, budget, source, args.seed, extra)
 
 
-def read_measurements(run_dir: Path) -> list[dict[str, Any]]:
-    """Every measurement of metrics-model-inference.csv (one row per config and concurrency)."""
-    path = run_dir / "export" / "results" / "metrics-model-inference.csv"
-    if not path.is_file():
-        tail = (run_dir / "model-analyzer.log").read_text(errors="replace")[-4000:]
-        raise SystemExit(f"Model Analyzer wrote no {path}:\n{tail}")
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    return [
-        {
-            "config": row["Model Config Path"],
-            "concurrency": int(row["Concurrency"]),
-            "max_batch_size": int(row["Max Batch Size"]),
-            "instance_group": row["Instance Group"],
-            "throughput": float(row["Throughput (infer/sec)"]),
-            "p95_ms": float(row["p95 Latency (ms)"]),
-            "p99_ms": float(row["p99 Latency (ms)"]),
-            "satisfies_constraints": row["Satisfies Constraints"].strip() == "Yes",
-        }
-        for row in rows
-    ]
+def contenders(model: str, repository: Path, directory: Path, smoke: bool) -> list[Contender]:
+    """The config as written, then each recorded winner in --output (of a run of the same kind,
+    smoke or full), in the order of LABELS."""
+    found = [Contender("as written", (repository / model / "config.pbtxt").read_text(), None)]
+    for result in load_results(model, directory):
+        if result["smoke"] != smoke:
+            print(f"{model}: {result['mode']}: its recorded run is of another kind (--smoke)")
+        elif result["best"] is None:
+            print(f"{model}: Model Analyzer {result['mode']} found nothing within the budget")
+        else:
+            best = result["best"]
+            found.append(
+                Contender(LABELS[result["mode"]], best["config_pbtxt"], best["concurrency"])
+            )
+    ours = load_result(model, directory)
+    if ours is not None and ours["smoke"] == smoke and ours["winner"] is not None:
+        winner = ours["winner"]
+        found.append(Contender("autotune", winner["config_pbtxt"], winner["concurrency"]))
+    return found
 
 
-def winning_config(run_dir: Path, variant: str) -> str:
-    """The winning variant's config.pbtxt as Model Analyzer wrote it."""
-    path = run_dir / "output_model_repository" / variant / "config.pbtxt"
-    return path.read_text() if path.is_file() else f"(no {path.name} for {variant})"
+def search_rows(model: str, directory: Path) -> list[dict[str, Any]]:
+    """Each recorded search of `model` as one row: its best feasible throughput by its own
+    client, the configs it measured and its wall time."""
+    rows = []
+    for result in load_results(model, directory):
+        best = result["best"]
+        rows.append(
+            {
+                "label": LABELS[result["mode"]],
+                "client": "perf_analyzer 2.51",
+                "best_feasible_infer_per_s": best and best["throughput"],
+                "best_p95_ms": best and best["p95_ms"],
+                "concurrency": best and best["concurrency"],
+                "configs_measured": result["configs_measured"],
+                "wall_s": result["wall_s"],
+                "date": result["date"],
+                "smoke": result["smoke"],
+            }
+        )
+    ours = load_result(model, directory)
+    if ours is not None:
+        best = ours["best_feasible"]
+        rows.append(
+            {
+                "label": "autotune",
+                "client": "autotune's analyzer",
+                "best_feasible_infer_per_s": best and best["throughput"],
+                "best_p95_ms": best and best["p95_ms"],
+                "concurrency": best and best["concurrency"],
+                "configs_measured": ours["configs_measured"],
+                "wall_s": ours["wall_s"],
+                "date": ours["date"],
+                "smoke": ours["smoke"],
+                "winner_remeasured_by_autotune": ours["winner"] and ours["winner"]["throughput"],
+            }
+        )
+    return rows
 
 
-def summarize(
-    model: str, mode: str, run_dir: Path, seconds: float, smoke: bool, config: dict[str, Any]
+def medians_by_label(measured: list[dict[str, Any]]) -> dict[str, float]:
+    return {
+        label: entry["best_infer_per_s"]["median"]
+        for entry in measured
+        for label in entry["labels"]
+    }
+
+
+def goal_checks(
+    measured: list[dict[str, Any]], searches: list[dict[str, Any]]
+) -> tuple[dict[str, float], dict[str, bool]]:
+    """autotune's re-measured median over each other contender's, and the goal's checks
+    (those its figures allow)."""
+    medians = medians_by_label(measured)
+    ratios: dict[str, float] = {}
+    checks: dict[str, bool] = {}
+    ours = medians.get("autotune")
+    if ours is None:
+        return ratios, checks
+    for label, median in medians.items():
+        if label != "autotune" and median > 0:
+            ratios[f"autotune / {label}"] = ours / median
+    if "Model Analyzer quick" in medians:
+        quick = medians["Model Analyzer quick"]
+        checks[f"autotune >= {GOAL_QUICK_RATIO}x Model Analyzer quick"] = (
+            ours >= GOAL_QUICK_RATIO * quick
+        )
+    if "Model Analyzer brute" in medians:
+        checks["autotune >= Model Analyzer brute"] = ours >= medians["Model Analyzer brute"]
+    walls = {row["label"]: row["wall_s"] for row in searches}
+    if "autotune" in walls and "Model Analyzer quick" in walls:
+        checks["autotune's wall time <= quick's"] = (
+            walls["autotune"] <= walls["Model Analyzer quick"]
+        )
+    return ratios, checks
+
+
+def side_by_side(
+    model: str,
+    repository: Path,
+    scratch: Path,
+    paths: dict[str, Path],
+    args: Any,
 ) -> dict[str, Any]:
-    measurements = read_measurements(run_dir)
-    budget = BUDGETS_MS[model]
-    feasible = [m for m in measurements if m["p95_ms"] <= budget]
-    best = max(feasible, key=lambda m: m["throughput"], default=None)
-    changed = {*SMOKE_SETTINGS[mode], *MODEL_SETTINGS.get(model, {}).get(mode, {})}
-    settings = {key: config[key] for key in sorted(changed) if key in config}
+    """The recorded winners of `model` measured again, interleaved, on one tritonserver."""
+    served = group_contenders(model, contenders(model, repository, args.output, args.smoke))
+    settings = SweepSettings(
+        budget_ms=BUDGETS_MS[model],
+        max_concurrency=SMOKE_MAX_CONCURRENCY if args.smoke else SWEEP_MAX_CONCURRENCY[model],
+        window_ms=(SMOKE_WINDOW_MS if args.smoke else REMEASURE_WINDOW_MS)[model],
+        protocol=args.protocol,
+    )
+    folder = scratch / f"{model}-remeasure"
+    write_served(model, repository, served, folder / "repository")
+    started = time.monotonic()
+    log = folder / "tritonserver.log"
+    with triton(
+        paths["triton"], folder / "repository", log, ["--model-control-mode", "explicit"]
+    ) as server:
+        measured = remeasure(
+            paths["perf_analyzer"], server, model, served, settings, args.repeats, folder
+        )
+    searches = search_rows(model, args.output)
+    ratios, checks = goal_checks(measured, searches)
     return {
         "model": model,
-        "mode": mode,
-        "budget_p95_ms": budget,
-        "best": best and {**best, "config_pbtxt": winning_config(run_dir, best["config"])},
-        "configs_measured": len({m["config"] for m in measurements}),
-        "measurements": len(measurements),
-        "wall_s": round(seconds, 1),
+        "budget_p95_ms": BUDGETS_MS[model],
         "date": datetime.date.today().isoformat(),
         "machine": describe_machine(),
+        "revision": revision(),
+        "command": sys.argv,
         "load_average_1m": round(os.getloadavg()[0], 2),
-        "smoke": smoke,
-        "settings": settings or "Model Analyzer's defaults",
-        "tools": {"model_analyzer": MODEL_ANALYZER, "server": TRITON},
-        "all_measurements": measurements,
+        "smoke": args.smoke,
+        "tools": {
+            "server": TRITON,
+            "model_analyzer": MODEL_ANALYZER,
+            "client": "perf_analyzer 2.51 (tritonclient[all]==2.51.0)",
+        },
+        "settings": {
+            "protocol": args.protocol,
+            "repeats": args.repeats,
+            "window_ms": settings.window_ms,
+            "max_concurrency": settings.max_concurrency,
+            "perf_analyzer": "time windows, -s 20 -r 15, up to 2 runs a point until stable",
+            "sweep": "concurrency 1, 2, 4, ... until a p95 over the budget, then a binary "
+            "search between the last point within it and that one; the figure: the highest "
+            "throughput within the budget",
+        },
+        "searches": searches,
+        "remeasure": measured,
+        "remeasure_wall_s": round(time.monotonic() - started, 1),
+        "ratios": ratios,
+        "goal": checks,
     }
 
 
-def write_result(result: dict[str, Any], directory: Path) -> Path:
-    path = directory / f"model_analyzer-{result['model']}-{result['mode']}.json"
+def range_text(summary: dict[str, Any] | None, spec: str) -> str:
+    if summary is None:
+        return "-"
+    return f"{summary['median']:{spec}} [{summary['min']:{spec}}-{summary['max']:{spec}}]"
+
+
+def print_side_by_side(result: dict[str, Any]) -> None:
+    model, budget = result["model"], result["budget_p95_ms"]
+    print(f"\n{model}, p95 <= {budget:g} ms: the searches (each measured by its own client)")
+    print(f"{'tool':<22} {'best feasible infer/s':>22} {'p95 ms':>7} {'configs':>7} {'wall':>9}")
+    for row in result["searches"]:
+        rate = row["best_feasible_infer_per_s"]
+        shown = f"{rate:>22,.1f} {row['best_p95_ms']:>7.2f}" if rate else f"{'none':>22} {'-':>7}"
+        smoke = "  (smoke)" if row["smoke"] else ""
+        print(
+            f"{row['label']:<22} {shown} {row['configs_measured']:>7} "
+            f"{row['wall_s'] / 60:>5.1f} min  [{row['date']}]{smoke}"
+        )
+    settings = result["settings"]
+    print(
+        f"\n{model}: each winner on one tritonserver, perf_analyzer over {settings['protocol']}, "
+        f"{settings['repeats']} interleaved round(s): the highest infer/s within the budget, "
+        "median [range]"
+    )
+    for entry in result["remeasure"]:
+        concurrencies = ",".join(str(c) if c else "-" for c in entry["best_concurrencies"])
+        own = "; ".join(
+            f"at its c{c}: {range_text(v['infer_per_s'], ',.0f')} infer/s, "
+            f"p95 {range_text(v['p95_ms'], '.1f')} ms"
+            for c, v in entry["own_concurrency"].items()
+        )
+        print(
+            f"  {' = '.join(entry['labels']):<40} {range_text(entry['best_infer_per_s'], ',.1f')}"
+            f" infer/s at c{concurrencies}, p95 {range_text(entry['best_p95_ms'], '.2f')} ms"
+            f"{'; ' + own if own else ''}"
+        )
+    for name, ratio in result["ratios"].items():
+        print(f"  {name}: {ratio:.2f}")
+    for name, held in result["goal"].items():
+        print(f"  goal: {name}: {'yes' if held else 'NO'}")
+
+
+def write_side_by_side(result: dict[str, Any], directory: Path) -> Path:
+    path = directory / f"model_analyzer_side-{result['model']}.json"
     write_text_atomic(path, json.dumps(result, indent=2) + "\n")
     return path
 
 
-def load_results(model: str, directory: Path = RESULTS) -> list[dict[str, Any]]:
-    """Model Analyzer's recorded runs for `model`, one dict per mode (quick before optuna), as
-    `summarize` wrote them: model, mode, budget_p95_ms, best (None, or config, concurrency,
-    max_batch_size, instance_group, throughput, p95_ms, p99_ms, satisfies_constraints,
-    config_pbtxt), configs_measured, measurements, wall_s, date, machine, load_average_1m, smoke,
-    settings, tools, all_measurements. Empty when none was recorded."""
-    results = []
-    for mode in MODES:
-        path = directory / f"model_analyzer-{model}-{mode}.json"
-        if path.is_file():
-            results.append(json.loads(path.read_text()))
-    return results
-
-
-def print_table(results: list[dict[str, Any]]) -> None:
-    print()
-    print(
-        f"{'model':<10} {'mode':<7} {'budget':>7} {'best infer/s':>12} {'p95 ms':>7} "
-        f"{'configs':>7} {'measured':>8} {'wall s':>7}  winner"
-    )
-    for r in results:
-        best = r["best"]
-        rate = f"{best['throughput']:.1f}" if best else "none"
-        p95 = f"{best['p95_ms']:.2f}" if best else "-"
-        winner = (
-            f"max_batch_size {best['max_batch_size']}, {best['instance_group']}, "
-            f"concurrency {best['concurrency']}"
-            if best
-            else "no measurement met the budget"
-        )
-        print(
-            f"{r['model']:<10} {r['mode']:<7} {r['budget_p95_ms']:>5.0f}ms {rate:>12} {p95:>7} "
-            f"{r['configs_measured']:>7} {r['measurements']:>8} {r['wall_s']:>7.0f}  {winner}"
-        )
-
-
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(BUDGETS_MS), help="comma-separated")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated")
     parser.add_argument(
-        "--smoke", action="store_true", help="a few small configs only (see SMOKE_SETTINGS)"
+        "--models", help="comma-separated (default: digits,resnet18; smoke: digits)"
     )
-    parser.add_argument("--output", type=Path, default=RESULTS, help="folder for the JSON files")
+    parser.add_argument(
+        "--modes",
+        default=",".join(DEFAULT_MODES),
+        help=f"comma-separated, run in this order: {', '.join(MODES)}; 'none': re-measure only",
+    )
+    parser.add_argument(
+        "--repeats", type=int, help="re-measure rounds (default 3; smoke 2; 0: none)"
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=("grpc", "http"),
+        default=DEFAULT_PROTOCOL,
+        help="both tools' and the re-measure's",
+    )
+    parser.add_argument(
+        "--autotune-trials",
+        type=int,
+        help=f"default {AUTOTUNE_TRIALS}; smoke {SMOKE_AUTOTUNE_TRIALS}",
+    )
+    parser.add_argument(
+        "--autotune-time-budget",
+        type=float,
+        metavar="SECONDS",
+        help=f"default: {AUTOTUNE_TIME_SHARE} x Model Analyzer quick's wall time; 0: none",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="autotune's")
+    parser.add_argument(
+        "--smoke", action="store_true", help="digits, a few small configs and trials, short windows"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="folder of the JSON files (default: benchmarks/results; smoke: a new temporary one)",
+    )
     parser.add_argument(
         "--keep",
         type=Path,
         metavar="FOLDER",
-        help="run in this new folder and keep it (Model Analyzer's logs, CSVs, reports)",
+        help="run in this new folder and keep it (logs, CSVs, reports, repositories)",
     )
     args = parser.parse_args()
-    models, modes = args.models.split(","), args.modes.split(",")
-    for name in models:
+    args.models = (args.models or ("digits" if args.smoke else ",".join(BUDGETS_MS))).split(",")
+    args.modes = [] if args.modes == "none" else args.modes.split(",")
+    for name in args.models:
         if name not in BUDGETS_MS:
             parser.error(f"--models: {name!r} is not one of {', '.join(BUDGETS_MS)}")
-    for name in modes:
+    for name in args.modes:
         if name not in MODES:
             parser.error(f"--modes: {name!r} is not one of {', '.join(MODES)}")
-    if not all((ROOT / "model_repository" / m / "1" / "model.onnx").is_file() for m in models):
+    if args.repeats is None:
+        args.repeats = SMOKE_REPEATS if args.smoke else 3
+    if args.output is None:
+        args.output = Path(tempfile.mkdtemp(prefix="ma-side-smoke-")) if args.smoke else RESULTS
+    if args.keep is not None and args.keep.exists():
+        parser.error(f"--keep: {args.keep} already exists")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if not all((ROOT / "model_repository" / m / "1" / "model.onnx").is_file() for m in args.models):
         build_bundled()
     paths = {
         "model_analyzer": install("install_model_analyzer.sh"),
         "triton": install("install_triton_peer.sh"),
         "perf_analyzer": install("install_perf_analyzer.sh"),
     }
+    args.output.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
-    results = []
-    if args.keep is not None and args.keep.exists():
-        parser.error(f"--keep: {args.keep} already exists")
+    print(f"results: {args.output}")
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="model-analyzer-side-") as scratch_name:
         scratch = Path(scratch_name) if args.keep is None else args.keep.resolve()
         scratch.mkdir(parents=True, exist_ok=True)
         repository = scratch / "triton-repository"
-        write_python_repository(models, repository)
-        check_peer(paths["triton"], repository, models, scratch)
-        for model in models:
-            for mode in modes:
-                run_dir = scratch / f"{model}-{mode}"
-                run_dir.mkdir()
-                config = profile_config(model, mode, repository, run_dir, paths, args.smoke)
-                print(f"{model} {mode}: model-analyzer profile ...", flush=True)
-                seconds = run_profile(paths["model_analyzer"], paths["triton"], config, run_dir)
-                result = summarize(model, mode, run_dir, seconds, args.smoke, config)
-                print(f"{model} {mode}: {write_result(result, args.output)}", flush=True)
-                results.append(result)
-    print_table(results)
+        write_python_repository(args.models, repository)
+        check_peer(paths["triton"], repository, args.models, scratch)
+        for model in args.models:
+            for mode in args.modes:
+                if mode == "autotune":
+                    settings = autotune_settings(model, args)
+                    budget = settings.time_budget_s
+                    print(
+                        f"{model} autotune: --trials {settings.trials}, --time-budget "
+                        f"{'none' if budget is None else f'{budget:.0f} s'} "
+                        f"({settings.time_budget_from}) ...",
+                        flush=True,
+                    )
+                    run_dir = scratch / f"{model}-autotune"
+                    run_dir.mkdir()
+                    ours = run_autotune(
+                        model,
+                        BUDGETS_MS[model],
+                        repository,
+                        run_dir,
+                        paths["triton"],
+                        settings,
+                        args.smoke,
+                    )
+                    print(f"{model} autotune: {write_autotune(ours, args.output)}", flush=True)
+                else:
+                    result = run_model_analyzer(model, mode, repository, scratch, paths, args)
+                    print(f"{model} {mode}: {write_result(result, args.output)}", flush=True)
+            if args.repeats > 0:
+                result = side_by_side(model, repository, scratch, paths, args)
+                print(f"{model}: {write_side_by_side(result, args.output)}", flush=True)
+                print_side_by_side(result)
+    print(f"\nwall time: {(time.monotonic() - started) / 60:.1f} min; results in {args.output}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ checking outputs with tritonclient, one perf_analyzer run, and the median/range 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import http.client
+import os
 import re
 import signal
 import socket
@@ -38,6 +40,10 @@ START_TIMEOUT_S = 120.0
 # Our server starts gRPC right after HTTP; no line within this time means it has no gRPC endpoint.
 GRPC_LINE_WAIT_S = 10.0
 UNSTABLE = "Failed to obtain stable measurement"
+# A window without a completed request (a slow model on a busy machine): no figure either.
+NO_REQUESTS = "No valid requests recorded within time interval"
+# tritonserver waits up to 30 s for requests in flight before it exits.
+GROUP_STOP_GRACE_S = 40.0
 
 
 @dataclass(frozen=True)
@@ -146,9 +152,12 @@ def wait_until_ready(
 
 
 @contextmanager
-def triton(wrapper: Path, repository: Path, log: Path) -> Iterator[Server]:
-    """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`; stopped on exit."""
-    command = triton_command(wrapper, repository, free_port())
+def triton(
+    wrapper: Path, repository: Path, log: Path, extra: Sequence[str] = ()
+) -> Iterator[Server]:
+    """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`, with Triton's
+    own flags `extra` (e.g. --model-control-mode explicit); stopped on exit."""
+    command = [*triton_command(wrapper, repository, free_port()), *extra]
     with log.open("wb") as out:
         process = subprocess.Popen(tied_command(command), stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -188,6 +197,30 @@ def ours(
         yield Server(name, process, log, urls)
     finally:
         stop_serve_process(process)
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to what is left of the process group `process` leads (a tool started with
+    start_new_session=True, e.g. Model Analyzer or the tuner, and the servers and clients it
+    started), SIGKILL after a grace period (tritonserver waits up to 30 s for requests in
+    flight)."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:  # the group ended with its leader
+        process.wait()
+        return
+    deadline = time.monotonic() + GROUP_STOP_GRACE_S
+    while time.monotonic() < deadline:
+        process.poll()  # reaped, the leader itself no longer counts as a member
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def check_outputs(
@@ -240,7 +273,8 @@ def perf_analyzer(
     cell: str,
     flags: Sequence[str] = (),
 ) -> Run | None:
-    """One perf_analyzer measurement; None when it found no stable windows (a busy machine)."""
+    """One perf_analyzer measurement; None when it found no stable windows, or a window
+    without a completed request (a busy machine)."""
     csv_path = scratch / f"{server.name}-{cell.replace(' ', '-')}-c{concurrency}.csv"
     command = [
         str(binary),
@@ -251,7 +285,9 @@ def perf_analyzer(
         *("-f", str(csv_path)),
     ]
     result = subprocess.run(tied_command(command), capture_output=True, text=True, timeout=600)
-    if result.returncode != 0 and UNSTABLE in result.stdout + result.stderr:
+    if result.returncode != 0 and any(
+        text in result.stdout + result.stderr for text in (UNSTABLE, NO_REQUESTS)
+    ):
         return None
     # An interrupted perf_analyzer exits 0 without writing its CSV.
     if result.returncode != 0 or not csv_path.is_file():

@@ -68,7 +68,7 @@ from grid_drift import (
     measure_reference,
     reference_path,
 )
-from model_analyzer_side import load_results
+from model_analyzer_run import load_results
 from peer import median_range
 from tritonclient.grpc import model_config_pb2 as mc
 

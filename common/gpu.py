@@ -18,6 +18,9 @@ log = logging.getLogger("common.gpu")
 
 @dataclass(frozen=True, slots=True)
 class GpuDevice:
+    """One GPU as NVML sees it: every GPU of the machine, whatever CUDA_VISIBLE_DEVICES
+    says (serve/platform maps them to CUDA's numbering)."""
+
     index: int  # NVML's index, which CUDA_VISIBLE_DEVICES-free processes share with CUDA
     name: str
     uuid: str

@@ -24,6 +24,8 @@ class ServeProcessError(RuntimeError):
 
 
 def log_tail(log_path: Path, lines: int = 20) -> str:
+    """The last `lines` lines of a server's log, for an error message; "" when the log cannot
+    be read."""
     try:
         return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:

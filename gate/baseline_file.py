@@ -69,6 +69,9 @@ class LoadPoint:
 
 @dataclass(frozen=True, slots=True)
 class ModelBaseline:
+    """One model's recorded loads and the hash of the config it was served with ("" in a file
+    that has none: the gate then does not compare configs)."""
+
     name: str
     version: str
     config_sha256: str
@@ -77,6 +80,8 @@ class ModelBaseline:
 
 @dataclass(frozen=True, slots=True)
 class Baseline:
+    """A whole baseline file; `to_json` is the file's document, schema and kind included."""
+
     recorded_at: str
     machine: dict[str, Any]
     settings: GateSettings

@@ -31,6 +31,8 @@ def parse_tolerance(text: str) -> float:
 
 
 def format_percent(fraction: float, signed: bool = False) -> str:
+    """A fraction as a percentage for messages: 0.05 -> '5%'; `signed`, for a change: one
+    decimal and its sign ('+4.2%')."""
     return f"{fraction * 100:+.1f}%" if signed else f"{fraction * 100:g}%"
 
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from common.invariant import present
 from gate.baseline_file import MEDIAN, Baseline, GateSettings, LoadPoint
 from gate.compare import Check, Tolerance
 from gate.judging import Verdict, judge_load
@@ -69,8 +70,7 @@ def run_gate(
             + "): the comparison may not be meaningful"
         )
     for model in models:
-        recorded = baseline.model(model.name)
-        assert recorded is not None, "the caller selects models of the baseline"
+        recorded = present(baseline.model(model.name), "the caller selects models of the baseline")
         if recorded.config_sha256 and recorded.config_sha256 != model.config_sha256:
             outcome.notes.append(f"{model.name}: the served config differs from the baseline's")
         for load in recorded.loads:

@@ -14,6 +14,8 @@ SUITE = "autotune-perf-gate"
 
 
 def junit_xml(outcome: GateOutcome, baseline_path: Path) -> str:
+    """The XML document: one testsuite, one testcase per check (a regression is its failure),
+    the baseline, tolerance, statistic and notes as its properties."""
     failures = len(outcome.regressions)
     counts = {"tests": str(len(outcome.checks)), "failures": str(failures), "errors": "0"}
     elapsed = f"{outcome.elapsed_s:.3f}"
@@ -57,4 +59,5 @@ def junit_xml(outcome: GateOutcome, baseline_path: Path) -> str:
 
 
 def write_junit(path: Path, outcome: GateOutcome, baseline_path: Path) -> None:
+    """Write `junit_xml` to `path` atomically."""
     write_text_atomic(path, junit_xml(outcome, baseline_path))

@@ -9,6 +9,7 @@ from gate.gating import GateOutcome
 
 
 def gate_markdown(outcome: GateOutcome, baseline_path: Path) -> str:
+    """The verdict, one table row per check, then the regressions and the notes spelled out."""
     regressions = outcome.regressions
     verdict = (
         f"❌ {len(regressions)} regression{'s' if len(regressions) != 1 else ''}"
@@ -42,6 +43,7 @@ def gate_markdown(outcome: GateOutcome, baseline_path: Path) -> str:
 
 
 def write_markdown(path: Path, outcome: GateOutcome, baseline_path: Path) -> None:
+    """Write `gate_markdown` to `path` atomically."""
     write_text_atomic(path, gate_markdown(outcome, baseline_path))
 
 

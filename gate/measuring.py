@@ -41,6 +41,7 @@ def measure_point(url: str, model: str, concurrency: int, settings: GateSettings
 
 
 def to_point(m: Measurement) -> LoadPoint:
+    """The baseline's form of a measurement (same units: inferences/s, microseconds)."""
     return LoadPoint(
         concurrency=m.concurrency,
         throughput=m.throughput,

@@ -35,12 +35,16 @@ class TargetError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ServedModel:
+    """A model as the server serves it: the version measured (its highest ready one) and the
+    hash of its served config, recorded in the baseline and compared by the gate."""
+
     name: str
     version: str
     config_sha256: str
 
 
 def models_on_disk(repository: Path) -> list[str]:
+    """The models of `repository` (its folders), sorted; TargetError when it is no folder."""
     try:
         return model_names(repository)
     except ServeError as exc:

@@ -11,6 +11,8 @@ from protocol.errors import ProtocolError
 
 @dataclass(frozen=True, slots=True)
 class TensorMetadata:
+    """One input or output as a model's metadata describes it: wire datatype and shape."""
+
     name: str
     datatype: str  # KServe v2 wire name
     shape: list[int]  # as the metadata gives it (-1 for variable dims, batch dim included)
@@ -21,6 +23,9 @@ class TensorMetadata:
 
 @dataclass(frozen=True, slots=True)
 class ModelMetadata:
+    """A model's metadata document: what our data plane answers, and what the analyzer reads
+    from any server (`from_json`) to learn a model's tensors."""
+
     name: str
     versions: list[str] = field(default_factory=list)
     platform: str = ""

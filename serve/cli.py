@@ -25,9 +25,11 @@ from serve.http.limits import (
     HttpLimits,
 )
 from serve.log_settings import FORMATS, LogValues
+from serve.model.response_cache import parse_cache_config
 from serve.repository.discovery import check_config_name
 from serve.repository.manager import ControlMode, ModelReading
 from serve.restricted import API_GROUPS, RestrictedApis
+from serve.scheduler.rate_limiter import ResourceCount
 from serve.server import serve_forever
 from serve.server_options import EndpointOptions, ServerOptions
 from serve.trace.settings import parse_trace_config
@@ -381,6 +383,36 @@ def _apply(flags: list[Any]) -> Any:
     help="Deprecated in tritonserver: the same as --trace-config triton,log-frequency=N.",
 )
 @click.option(
+    "--cache-config",
+    "cache_config",
+    multiple=True,
+    metavar="local,size=BYTES",
+    help="The response cache, as tritonserver's: local,size=N keeps up to N bytes of responses "
+    "in memory for the models whose config has response_cache { enable: true }. Repeatable.",
+)
+@click.option(
+    "--response-cache-byte-size",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Deprecated in tritonserver: the same as --cache-config local,size=N.",
+)
+@click.option(
+    "--rate-limit",
+    type=click.Choice(["off", "execution_count"]),
+    default="off",
+    show_default=True,
+    help="execution_count: an instance executes only while the resources its instance group's "
+    "rate_limiter names are free, priorities weighting who gets them (tritonserver's flag).",
+)
+@click.option(
+    "--rate-limit-resource",
+    "rate_limit_resources",
+    multiple=True,
+    metavar="NAME:COUNT[:DEVICE]",
+    help="How many of a rate-limiter resource exist (on DEVICE, or on every device); default: "
+    "the largest count one instance needs. Repeatable.",
+)
+@click.option(
     "--log-verbose",
     type=click.IntRange(min=0),
     default=0,
@@ -451,6 +483,10 @@ def serve_command(
     trace_rate: int | None,
     trace_count: int | None,
     trace_log_frequency: int | None,
+    cache_config: tuple[str, ...],
+    response_cache_byte_size: int | None,
+    rate_limit: str,
+    rate_limit_resources: tuple[str, ...],
     log_verbose: int,
     log_info: bool,
     log_warning: bool,
@@ -483,8 +519,15 @@ def serve_command(
             ]
         )
         backend_settings, notices = parse_backend_config(backend_config)
+        deprecated_cache = (
+            () if response_cache_byte_size is None else (f"local,size={response_cache_byte_size}",)
+        )
+        cache = parse_cache_config([*deprecated_cache, *cache_config])
+        resources = tuple(ResourceCount.parse(text) for text in rate_limit_resources)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    except ServeError as exc:
+        raise click.UsageError(exc.message) from None
     notices += recorded_notices(click.get_current_context())
     options = ServerOptions(
         model_repositories=list(model_repository),
@@ -530,6 +573,9 @@ def serve_command(
             log_format=log_format,
         ),
         trace=trace,
+        cache=cache,
+        rate_limit=rate_limit,
+        rate_limit_resources=resources,
         notices=notices,
     )
     try:

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from common.invariant import present
+
 KINDS = ("counter", "gauge", "histogram")
 RESERVED_PREFIX = "nv_"  # the server's own families
 
@@ -40,6 +42,9 @@ class SeriesView:
 
 @dataclass(frozen=True, slots=True)
 class FamilyView:
+    """One family at a moment, as /metrics shows it: its name, description, kind (counter, gauge or
+    histogram) and its metrics."""
+
     name: str
     description: str
     kind: str
@@ -169,8 +174,8 @@ class CustomMetrics:
 
     def _observe_op(self, args: tuple[object, ...], owner: Hashable) -> None:
         series, value = self._update(args, "observe")
-        assert series.buckets is not None  # only histograms observe, and they have buckets
-        series.counts[bisect.bisect_left(series.buckets, value)] += 1
+        buckets = present(series.buckets, "only histograms observe, and they have buckets")
+        series.counts[bisect.bisect_left(buckets, value)] += 1
         series.count += 1
         series.value += value  # a histogram's value is its sum
         return None

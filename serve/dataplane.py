@@ -22,26 +22,30 @@ from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.log_settings import LogSettings, LogValue
 from serve.model.loader import ServerServices
+from serve.model.response_cache import ResponseCache
 from serve.model.served import ResponseCallback, ServedModel, StreamCallback
 from serve.model_calls import DataPlaneCalls
 from serve.repository.manager import ModelRepository, poll_failure
+from serve.scheduler.rate_limiter import RateLimiter
 from serve.shared_memory.registry import SharedMemoryRegistry
 from serve.shared_memory.tensors import bind_regions, uses_shared_memory
 from serve.trace.settings import DEFAULTS, TraceValues
 from serve.trace.tracer import Tracer
 
 SERVER_NAME = "autotune"
+# Triton 2.51's list, in its order (generate is served but, as there, not listed).
 EXTENSIONS = [
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
-    "system_shared_memory",
-    "cuda_shared_memory",
     "trace",
     "logging",
 ]
@@ -69,6 +73,10 @@ def _file_contents(key: str, value: Any) -> bytes:
 
 
 class DataPlane:
+    """One per server: every transport calls it with plain values and gets plain values back, or a
+    ServeError. It holds what is server-wide (model repository, shared-memory regions, trace
+    and log settings, custom metrics, response cache); it is called on the event loop's thread."""
+
     def __init__(
         self,
         repository: ModelRepository,
@@ -77,6 +85,8 @@ class DataPlane:
         strict_readiness: bool = True,
         log_settings: LogSettings | None = None,
         trace_defaults: TraceValues = DEFAULTS,
+        response_cache: ResponseCache | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.repository = repository
         self.accepting = True
@@ -86,7 +96,10 @@ class DataPlane:
         self.logs = log_settings or LogSettings()
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetrics()  # what python models define, shown in /metrics
-        repository.services = ServerServices(DataPlaneCalls(self), self.custom_metrics)
+        self.response_cache = response_cache  # --cache-config; models enable it in their config
+        repository.services = ServerServices(
+            DataPlaneCalls(self), self.custom_metrics, response_cache, rate_limiter
+        )
 
     # -- health and metadata ------------------------------------------------------------------
 

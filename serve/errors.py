@@ -10,6 +10,9 @@ import enum
 
 
 class ErrorKind(enum.Enum):
+    """What kind of failure a ServeError is; `serve.http.status` maps each to an HTTP status,
+    `serve.grpc.status` to a gRPC code."""
+
     INVALID_ARGUMENT = "invalid_argument"
     NOT_FOUND = "not_found"
     UNAVAILABLE = "unavailable"

@@ -108,6 +108,9 @@ class InferRequest:
 
 @dataclass(slots=True)
 class OutputTensor:
+    """One output of a response; `region` is set when it was written into a client's shared-memory
+    region instead, and the response then carries no data for it."""
+
     name: str
     datatype: str
     data: np.ndarray
@@ -120,6 +123,10 @@ class OutputTensor:
 
 @dataclass(slots=True)
 class InferResponse:
+    """One inference response as it travels back from a model to a transport: the model and version
+    that answered, its outputs, the request's id ("" when the request had none) and the response's
+    parameters."""
+
     model_name: str
     model_version: str
     outputs: list[OutputTensor]

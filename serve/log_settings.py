@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from common.invariant import present
 from serve.errors import ErrorKind, ServeError
 
 SERVER_LOGGER = "serve"
@@ -31,6 +32,9 @@ LogValue = bool | int | str
 
 @dataclass(frozen=True, slots=True)
 class LogValues:
+    """One state of the logging settings, under Triton's names; the defaults are the server's
+    without log flags (everything but verbose to stderr, default format)."""
+
     log_file: str = ""
     log_info: bool = True
     log_warning: bool = True
@@ -115,9 +119,9 @@ class LogSettings:
                 root.removeHandler(self._handler)
                 self._handler.close()
             self._handler = handler
-        assert self._handler is not None
+        current = present(self._handler, "a handler is made when there is none")
         iso = values.log_format == "ISO8601"
-        self._handler.setFormatter(_IsoFormatter(_LINE) if iso else logging.Formatter(_LINE))
+        current.setFormatter(_IsoFormatter(_LINE) if iso else logging.Formatter(_LINE))
         self.values = values
         self._filter.values = values
         verbose = values.log_verbose_level

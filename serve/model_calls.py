@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 
 class DataPlaneCalls(ModelCalls):
+    """The `ModelCalls` a server gives its models: each call, made on a backend thread, runs on the
+    DataPlane's loop, and its answer goes to the callback given, on that thread. ServeError
+    (unavailable) when the server is not running."""
+
     def __init__(self, dataplane: DataPlane) -> None:
         self._dataplane = dataplane
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -28,6 +28,9 @@ ONNXRUNTIME_PACKAGES = ("onnxruntime", "onnxruntime-gpu")
 
 @dataclass(frozen=True, slots=True)
 class ServingPlatform:
+    """What `detect_platform` found: CPU cores and bfloat16 support, GPUs, onnxruntime's execution
+    providers and packages, and the TensorRT version (None: not installed)."""
+
     cpu_count: int
     gpus: tuple[GpuDevice, ...]  # as CUDA numbers them in this process (CUDA_VISIBLE_DEVICES)
     onnxruntime_providers: tuple[str, ...]

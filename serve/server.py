@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from serve.dataplane import DataPlane
 from serve.http.limits import HttpLimits
 from serve.log_settings import LogSettings
+from serve.model.response_cache import ResponseCache
 from serve.repository.manager import ModelRepository
+from serve.scheduler.rate_limiter import RateLimiter
 from serve.server_options import EndpointOptions, ServerOptions
 
 if TYPE_CHECKING:
@@ -138,6 +140,7 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
         metrics = build_metrics_app(
             dataplane.repository.loaded,
             dataplane.custom_metrics,
+            dataplane.response_cache,
             cpu=options.cpu_metrics,
             gpu=options.gpu_metrics,
         )
@@ -174,6 +177,8 @@ def _native_http(
 
 
 def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> DataPlane:
+    """The DataPlane `options` describe, over a repository not yet started (nothing is loaded until
+    `repository.start`)."""
     repository = ModelRepository(
         options.model_repositories,
         options.control_mode,
@@ -186,6 +191,8 @@ def new_dataplane(options: ServerOptions, logs: LogSettings | None = None) -> Da
         strict_readiness=options.strict_readiness,
         log_settings=logs,
         trace_defaults=options.trace,
+        response_cache=None if options.cache is None else ResponseCache(options.cache),
+        rate_limiter=RateLimiter(options.rate_limit, options.rate_limit_resources),
     )
 
 

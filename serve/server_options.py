@@ -9,8 +9,10 @@ from pathlib import Path
 from serve.grpc.limits import GrpcLimits
 from serve.http.limits import HttpLimits
 from serve.log_settings import LogValues
+from serve.model.response_cache import CacheSettings
 from serve.repository.manager import ControlMode, ModelReading
 from serve.restricted import RestrictedApis
+from serve.scheduler.rate_limiter import ResourceCount
 from serve.trace.settings import DEFAULTS, TraceValues
 
 
@@ -61,6 +63,9 @@ class ServerOptions:
     # --log-file ("": stderr), --log-verbose, --log-info / -warning / -error, --log-format
     logs: LogValues = field(default_factory=LogValues)
     trace: TraceValues = DEFAULTS  # the global trace settings (tritonserver --trace-config)
+    cache: CacheSettings | None = None  # the response cache (tritonserver --cache-config)
+    rate_limit: str = "off"  # tritonserver --rate-limit: off | execution_count
+    rate_limit_resources: tuple[ResourceCount, ...] = ()  # --rate-limit-resource
     # warnings to log at start: tritonserver flags given that have no effect here
     notices: list[str] = field(default_factory=list)
 

@@ -129,25 +129,10 @@ IGNORED_FLAGS: tuple[IgnoredFlag, ...] = (
     IgnoredFlag(
         "--metrics-config", _STR, "the metrics' labels and buckets are fixed", multiple=True
     ),
-    # Backends, repository agents, caches
+    # Backends, repository agents, cache libraries
     IgnoredFlag("--backend-directory", _STR, "the backends are part of this server"),
     IgnoredFlag("--repoagent-directory", _STR, "no repository agents run here"),
-    IgnoredFlag("--cache-config", _STR, "no response cache here", multiple=True),
-    IgnoredFlag("--cache-directory", _STR, "no response cache here"),
-    IgnoredFlag("--response-cache-byte-size", _INT, "no response cache here"),
-    # Rate limiter
-    IgnoredFlag(
-        "--rate-limit",
-        click.Choice(["off", "execution_count"], case_sensitive=False),
-        "instances run as soon as they are free (as with off)",
-        same_as_ours=("off",),
-    ),
-    IgnoredFlag(
-        "--rate-limit-resource",
-        _STR,
-        "instances run as soon as they are free (as with --rate-limit off)",
-        multiple=True,
-    ),
+    IgnoredFlag("--cache-directory", _STR, "the local response cache is part of this server"),
     # Memory and devices
     IgnoredFlag(
         "--pinned-memory-pool-byte-size",

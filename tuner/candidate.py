@@ -125,6 +125,7 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def qualified(model: str, parameter: str) -> str:
+    """A pipeline candidate's parameter name: "<model>.<parameter>" (`split_name` undoes it)."""
     return f"{model}.{parameter}"
 
 
@@ -333,11 +334,6 @@ def diff(base: mc.ModelConfig, tuned: mc.ModelConfig) -> list[tuple[str, str, st
         if before != after:
             changes.append((path, before, after))
     return changes
-
-
-def format_diff(changes: Iterable[tuple[str, str, str]]) -> list[str]:
-    """["max_batch_size: 64 -> 16", ...]."""
-    return [f"{field}: {old} -> {new}" for field, old, new in changes]
 
 
 def _flat_config(config: mc.ModelConfig) -> dict[str, tuple[str, str]]:

@@ -23,6 +23,7 @@ from tuner.defaults import (
     DEFAULT_REMEASURE_REPEATS,
     DEFAULT_REMEASURE_TOP,
     DEFAULT_TRIALS,
+    RECOMMENDED_SEARCH,
     SEARCH_METHODS,
 )
 from tuner.duration import Duration
@@ -102,6 +103,17 @@ SUBCOMMANDS: dict[str, Callable[[], click.Command]] = {
 }
 
 
+def _given_flags(ctx: click.Context) -> list[str]:
+    """The bare command's flags given on the command line (not left at their defaults)."""
+    return [
+        max(param.opts, key=len)
+        for param in ctx.command.params
+        if isinstance(param, click.Option)
+        and param.name is not None
+        and ctx.get_parameter_source(param.name) is click.core.ParameterSource.COMMANDLINE
+    ]
+
+
 class _LazyGroup(click.Group):
     """A group whose subcommands' modules are imported when the subcommand is looked up."""
 
@@ -150,6 +162,8 @@ class _LazyGroup(click.Group):
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("model_repository"),
     show_default=True,
+    help="The Triton model repository to tune (its configs are written back here unless "
+    "--output-repository or --dry-run).",
 )
 @click.option(
     "--trials",
@@ -166,10 +180,12 @@ class _LazyGroup(click.Group):
 @click.option(
     "--search",
     type=click.Choice(list(SEARCH_METHODS)),
-    default="optuna",
+    default=RECOMMENDED_SEARCH,
     show_default=True,
-    help="Search method: optuna (the recommended one: a climb from informed starting points), "
-    "climb, tpe, tpe-flat, gp (needs torch), random, qmc, or grid (every candidate).",
+    help="Search method (each runs as an Optuna sampler: storage, resume and workers alike): "
+    "climb (the recommended one: best-first from informed starting points), Optuna's tpe, "
+    "tpe-flat, gp (needs torch), random or qmc, or grid (every candidate). optuna: an old "
+    "name of climb.",
 )
 @click.option(
     "--patience",
@@ -203,8 +219,10 @@ class _LazyGroup(click.Group):
     type=click.FloatRange(min=0),
     default=0.01,
     show_default=True,
-    help="Largest accuracy drop a reduced precision may have (top-1 agreement, cosine "
-    "or max relative error).",
+    help="Largest accuracy drop a reduced precision may have against fp32, per output, by the "
+    "metric chosen for it: classifier logits 1 - top-1 agreement (0.01: 1 in 100 rows may "
+    "change class), embeddings and wide outputs 1 - mean cosine similarity, integer or "
+    "single-value outputs the max relative error.",
 )
 @click.option(
     "--validation-data",
@@ -273,7 +291,13 @@ class _LazyGroup(click.Group):
 )
 @click.option("--storage", help="Optuna storage URL (default: sqlite in the report folder).")
 @click.option("--study-name", help="Study name (default: from the model and the budget).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the search's sampler (the same seed and measurements: the same trials).",
+)
 @click.option("--dry-run", is_flag=True, help="Search and report, write nothing back.")
 @click.option(
     "--output-repository",
@@ -285,6 +309,8 @@ class _LazyGroup(click.Group):
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("reports"),
     show_default=True,
+    help="Where each model's report, summary.json, trials CSV, study database and server "
+    "logs go (a folder per model), and report.html for the run.",
 )
 @click.pass_context
 def main(
@@ -328,12 +354,31 @@ def main(
     the fastest configuration whose p95 latency stays within 10 ms (and whose reduced
     precision keeps its accuracy), and writes it back as config.pbtxt.
     """
+    tuning_flags = _given_flags(ctx)
     if ctx.invoked_subcommand is not None:
+        if tuning_flags:
+            raise click.UsageError(
+                f"{', '.join(tuning_flags)}: tuning flags, which do nothing for `autotune "
+                f"{ctx.invoked_subcommand}`; its own flags go after it"
+            )
         return
     given = [(p, v) for p, v in ((95, latency_p95), (99, latency_p99), (90, latency_p90)) if v]
-    if not given:
+    if not given and not tuning_flags:
         click.echo(ctx.get_help())
         ctx.exit(0)
+    if not given:
+        raise click.UsageError(
+            "tuning needs a latency budget: --latency-p95, --latency-p99 or --latency-p90 "
+            "(e.g. --latency-p95 10ms)"
+        )
+    if search == "optuna":
+        click.echo(
+            f"note: --search optuna is an old name of {RECOMMENDED_SEARCH} (a climb from "
+            "informed starting points, not Optuna's default sampler): use --search "
+            f"{RECOMMENDED_SEARCH}",
+            err=True,
+        )
+        search = RECOMMENDED_SEARCH
     if len(given) > 1:
         raise click.UsageError(
             "give one latency budget: --latency-p95, --latency-p99 or --latency-p90"

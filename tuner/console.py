@@ -13,6 +13,9 @@ from tuner.search_types import ProgressEvent, TrialRecord
 
 
 class TuneConsole:
+    """The live run's terminal, on stderr: a context manager that shows the progress bars while
+    it is open; `note`, `error` and `warning` print above them."""
+
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True, log_path=False)  # no "console.py:41" column
         self._progress: Progress | None = None

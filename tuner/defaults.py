@@ -19,10 +19,10 @@ DEFAULT_REMEASURE_REPEATS = 3
 # The trial's measurement window (ms); the re-measure's are twice as long.
 DEFAULT_MEASUREMENT_INTERVAL_MS = 500
 
-# name -> what it is; "optuna" is the recommended method, "grid" the exhaustive one.
+# name -> what it is; "climb" is the recommended method, "grid" the exhaustive one.
 SEARCH_METHODS: dict[str, str] = {
-    "optuna": "the recommended method: climb from the informed priors",
-    "climb": "best-first local search from the priors over the ordered choices",
+    "climb": "the recommended method: best-first local search from the informed priors",
+    "optuna": "an old name of climb (kept for scripts that pass it)",
     "tpe": "Optuna's TPE, multivariate over grouped conditional parameters",
     "tpe-flat": "Optuna's TPE, multivariate without grouping",
     "gp": "Optuna's GPSampler (needs torch and scipy)",
@@ -30,4 +30,4 @@ SEARCH_METHODS: dict[str, str] = {
     "qmc": "Optuna's QMCSampler (a baseline: every parameter is categorical, so random)",
     "grid": "every candidate of the space, once",
 }
-RECOMMENDED_SEARCH = "climb"  # what "optuna" stands for
+RECOMMENDED_SEARCH = "climb"  # the default; "optuna" is its old name

@@ -48,10 +48,6 @@ class Duration:
         object.__setattr__(self, "us", value)
 
     @classmethod
-    def from_us(cls, value: float) -> Duration:
-        return cls(value)
-
-    @classmethod
     def from_ms(cls, value: float) -> Duration:
         return cls(value * 1_000.0)
 

@@ -49,6 +49,9 @@ TRIAL_MEASUREMENT = MeasureSettings(
 
 @dataclass(frozen=True, slots=True)
 class EvaluationSettings:
+    """How each trial is measured: the windows, the load search's reach, the data the load
+    sends and over which protocol, and whether a first pass may cut a trial short."""
+
     measure: MeasureSettings = TRIAL_MEASUREMENT
     max_concurrency: int = 128
     binary_steps: int = 2

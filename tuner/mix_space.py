@@ -101,7 +101,7 @@ class MixSpace(PipelineSpace):
             raise PipelineGridError(
                 f"'{self.model_name}': the joint grid of {' x '.join(self.models)} on "
                 f"{self.cores} cores has {size} points (more than {MAX_GRID_POINTS}); "
-                "use --search optuna"
+                "use --search climb (or another sampler)"
             )
         default = self.default_candidate()
         points = (

@@ -100,7 +100,8 @@ class PipelineSpace:
         if self.size > MAX_GRID_POINTS:
             raise PipelineGridError(
                 f"'{self.model_name}': the joint grid of {' x '.join(self.models)} has "
-                f"{self.size} points (more than {MAX_GRID_POINTS}); use --search optuna"
+                f"{self.size} points (more than {MAX_GRID_POINTS}); use --search climb "
+                "(or another sampler)"
             )
         default = self.default_candidate()
         grids = [step.grid_points() for step in self.steps]

@@ -34,6 +34,7 @@ class Target:
 
 
 def is_ensemble(config: mc.ModelConfig) -> bool:
+    """Whether `config` is an ensemble's (platform "ensemble"): tuned as a pipeline."""
     return config.platform == ENSEMBLE_PLATFORM
 
 

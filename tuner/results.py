@@ -72,6 +72,7 @@ def run_summary(
 
 
 def variant_result(variant: PrecisionVariant) -> VariantResult:
+    """A precision variant as the run schema records it."""
     accuracy = variant.accuracy
     return VariantResult(
         precision=variant.precision,
@@ -96,6 +97,7 @@ def variant_result(variant: PrecisionVariant) -> VariantResult:
 
 
 def trials_csv(trials: Sequence[TrialRecord]) -> str:
+    """trials.csv: one row per trial, TRIAL_COLUMNS (empty cells where a trial has no outcome)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(TRIAL_COLUMNS)

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serve.api import CONFIG_FILENAME, backend_name, config_to_text, open_model_directory
 from tuner.budget import LatencyBudget
 from tuner.candidate import PRECISION, Candidate, apply, diff, variant_filename
-from tuner.defaults import DEFAULT_MAX_BATCH_SIZE_CAP, DEFAULT_TRIALS
+from tuner.defaults import DEFAULT_MAX_BATCH_SIZE_CAP, DEFAULT_TRIALS, RECOMMENDED_SEARCH
 from tuner.duration import Duration
 from tuner.errors import TunerError
 from tuner.evaluate import EvaluationSettings, TrialEvaluator
@@ -46,12 +46,15 @@ from tuner.writeback import copy_model_dir, write_back
 
 @dataclass(frozen=True, slots=True)
 class TuneOptions:
+    """Everything one `autotune` run is asked to do, resolved from the flags (None or empty:
+    the default beside the field)."""
+
     repository: Path
     budget: LatencyBudget
     models: tuple[str, ...] = ()  # empty: every model in the repository
     trials: int | None = None  # None: DEFAULT_TRIALS, DEFAULT_PIPELINE_TRIALS for a pipeline
     time_budget: Duration | None = None  # for the whole run, shared by the models
-    search: str = "optuna"
+    search: str = RECOMMENDED_SEARCH
     precisions: tuple[str, ...] = DEFAULT_PRECISIONS
     # False: `precisions` is the default, each model gets those of it that suit its backend
     # and machine; True: every one asked is prepared (or excluded, saying why).
@@ -100,6 +103,8 @@ def study_name(options: TuneOptions, model: str, fingerprint: dict[str, str]) ->
 
 
 def storage_url(options: TuneOptions, report_folder: Path) -> str:
+    """The study's storage: `options.storage`, else study.db in `report_folder` (an absolute
+    path: the study does not move with the cwd)."""
     if options.storage:
         return options.storage
     return f"sqlite:///{(report_folder / 'study.db').resolve()}"
@@ -429,4 +434,6 @@ def time_left(budget: Duration | None, started: float) -> Duration | None:
 
 
 def remove_tree(path: Path) -> None:
+    """Remove a run's scratch folder, errors ignored: it runs in a `finally`, where raising
+    would replace the error that ended the run."""
     shutil.rmtree(path, ignore_errors=True)

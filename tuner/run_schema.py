@@ -228,6 +228,7 @@ def trial_to_json(trial: TrialRecord) -> dict[str, Any]:
 
 
 def trial_from_json(data: Mapping[str, Any]) -> TrialRecord:
+    """One trial as `trial_to_json` wrote it (a missing state reads as FAIL)."""
     candidate = data.get("candidate")
     outcome = data.get("outcome")
     duration = data.get("duration_s")
@@ -443,6 +444,7 @@ def trials_json(trials: Sequence[TrialRecord]) -> str:
 
 
 def summary_json(summary: RunSummary) -> str:
+    """summary.json's text: the summary as indented JSON."""
     return json.dumps(summary.to_json(), indent=2) + "\n"
 
 

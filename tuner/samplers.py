@@ -23,6 +23,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from common.invariant import present
 from tuner.candidate import Candidate, ParamValue
 from tuner.defaults import RECOMMENDED_SEARCH, SEARCH_METHODS
 from tuner.search_study import KEY, quiet_experimental, record_of
@@ -173,8 +174,8 @@ class ClimbSampler(optuna.samplers.BaseSampler):
         for record in sorted(
             (r for r in records if _climbable(r)), key=self._standing, reverse=True
         ):
-            assert record.candidate is not None
-            free = [c for c in self.neighbours(record.candidate) if c.key not in taken]
+            candidate = present(record.candidate, "a climbable trial has a candidate")
+            free = [c for c in self.neighbours(candidate) if c.key not in taken]
             if free:
                 return self.rng.choice(free)
         for _ in range(_RANDOM_TRIES):
@@ -218,11 +219,11 @@ class ClimbSampler(optuna.samplers.BaseSampler):
         """Feasible before infeasible; then how little the limits are exceeded (nothing for
         a feasible one, or one pruned within them), then throughput; earlier trials first
         among equals."""
-        assert record.outcome is not None
+        outcome = present(record.outcome, "only finished trials are ranked")
         over = 0.0
         if not record.feasible:
-            over = sum(max(v, 0.0) for v in self.settings.constraints(record.outcome).values())
-        return (record.feasible, -over, record.outcome.throughput, -record.number)
+            over = sum(max(v, 0.0) for v in self.settings.constraints(outcome).values())
+        return (record.feasible, -over, outcome.throughput, -record.number)
 
 
 def _moves(value: ParamValue, choices: Sequence[ParamValue]) -> list[ParamValue]:

@@ -26,6 +26,9 @@ class Measured:
 
 @dataclass(frozen=True, slots=True)
 class ReplayRun:
+    """What one replay found (`best_key` None when nothing feasible) and what it would have
+    cost: the trials measured and their seconds in the table."""
+
     method: str
     seed: int
     best_key: str | None

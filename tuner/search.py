@@ -10,6 +10,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import Trial, TrialState
 
+from common.invariant import present
 from tuner.candidate import Candidate
 from tuner.duration import Duration
 from tuner.samplers import FinishedRecords, make_sampler
@@ -434,13 +435,13 @@ def patience_stop(records: list[TrialRecord], settings: SearchSettings) -> str:
     before = best_of(done[:-patience])
     if before is None or before.outcome is None or before.outcome.throughput <= 0:
         return ""
-    now = best_of(done)
-    assert now is not None and now.outcome is not None
-    gain = now.outcome.throughput / before.outcome.throughput - 1.0
+    now = present(best_of(done), "a best before means a best now")
+    best = present(now.outcome, "a best has an outcome")
+    gain = best.throughput / before.outcome.throughput - 1.0
     if gain > settings.patience_min_gain:
         return ""
     return (
-        f"the best ({now.outcome.throughput:.1f}/s) grew by {max(gain, 0.0):.1%} over the last "
+        f"the best ({best.throughput:.1f}/s) grew by {max(gain, 0.0):.1%} over the last "
         f"{patience} measured trials (patience: more than {settings.patience_min_gain:.0%})"
     )
 

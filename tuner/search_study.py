@@ -31,6 +31,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from common.invariant import InvariantError, present
 from tuner.candidate import Candidate
 from tuner.pruning import SaturationPruner
 from tuner.search_types import SearchError, SearchSettings, TrialOutcome, TrialRecord
@@ -163,6 +164,8 @@ def open_study(settings: SearchSettings, sampler: optuna.samplers.BaseSampler) -
 
 
 def objective_of(settings: SearchSettings) -> dict[str, str]:
+    """What a study is made for: the budget, the constraints and the run's fingerprint,
+    stored on the study so that a resume with another objective is refused."""
     objective = {"latency": settings.budget.describe(), "limit_us": f"{settings.budget.limit_us:g}"}
     if settings.min_throughput is not None:
         objective["min_throughput"] = f"{settings.min_throughput:g}"
@@ -174,8 +177,7 @@ def objective_of(settings: SearchSettings) -> dict[str, str]:
 def stored_objective(url: str, study_name: str) -> dict[str, str] | None:
     """The objective a study in `url` was made for (None when there is no such study, or it
     holds none yet): to refuse a resume before doing any work for it."""
-    storage = open_storage(url)
-    assert storage is not None  # a URL always opens a storage
+    storage = present(open_storage(url), "a URL always opens a storage")
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:  # Optuna's "no such study"
@@ -330,6 +332,8 @@ def heartbeat(trial: Trial, interval_s: float) -> Iterator[None]:
 
 
 def record_of(trial: FrozenTrial, settings: SearchSettings) -> TrialRecord:
+    """A stored trial as the loop and the reports see it; an outcome stored but never told (its
+    process died first) is dropped."""
     attrs = trial.user_attrs
     candidate = Candidate.from_json(attrs[CANDIDATE]) if CANDIDATE in attrs else None
     outcome = TrialOutcome.from_json(attrs[OUTCOME]) if OUTCOME in attrs else None
@@ -375,9 +379,9 @@ def best_of(records: list[TrialRecord]) -> TrialRecord | None:
 
 
 def _rank(record: TrialRecord) -> tuple[float, float, int]:
-    assert record.outcome is not None
-    latency = record.outcome.latency_us if record.outcome.latency_us is not None else 0.0
-    return (-record.outcome.throughput, latency, record.number)
+    outcome = present(record.outcome, "only finished trials are ranked")
+    latency = outcome.latency_us if outcome.latency_us is not None else 0.0
+    return (-outcome.throughput, latency, record.number)
 
 
 @contextlib.contextmanager
@@ -419,5 +423,6 @@ class FixedSampler(optuna.samplers.BaseSampler):
     ) -> Any:
         if param_name in self.params:
             return self.params[param_name]
-        assert isinstance(param_distribution, optuna.distributions.CategoricalDistribution)
+        if not isinstance(param_distribution, optuna.distributions.CategoricalDistribution):
+            raise InvariantError("every parameter of the space is categorical")
         return param_distribution.choices[0]

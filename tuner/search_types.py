@@ -217,6 +217,7 @@ class TrialRecord:
 
 
 def trial_label(key: str, as_written: bool) -> str:
+    """How a trial is named to the user: its key, or "as written" for the config as written."""
     if not as_written:
         return key or "?"
     return f"as written ({key})" if key else "as written"

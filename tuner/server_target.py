@@ -23,6 +23,9 @@ class ServerChoiceError(TunerError):
 
 @dataclass(frozen=True, slots=True)
 class ServerChoice:
+    """The server a run measures, from the flags: its kind (autotune, tritonserver or remote)
+    and, for a private tritonserver or a remote one, where it is."""
+
     kind: str = AUTOTUNE
     tritonserver: Path | None = None  # --tritonserver; None: the one on PATH
     server_args: tuple[str, ...] = ()  # passed through to a private tritonserver

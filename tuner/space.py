@@ -96,6 +96,9 @@ class SuggestingTrial(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Platform:
+    """What the search space may use on the server tuned: its cores, which backends run
+    instances on a GPU, and which TensorRT and bf16 precisions it offers."""
+
     cpu_count: int
     gpu_backends: frozenset[str] = frozenset()  # backends whose instances can run on a GPU here
     tensorrt: bool = False  # onnxruntime has TensorRT (trt_* precisions)
@@ -125,6 +128,8 @@ class Platform:
 
 @dataclass(frozen=True, slots=True)
 class SpaceOptions:
+    """How the caller narrows a model's space (None: the default beside the field)."""
+
     precisions: tuple[str, ...] = ("fp32",)
     max_batch_cap: int | None = None  # default: the config's own max_batch_size
     delays_us: tuple[int, ...] = DEFAULT_DELAYS_US
@@ -139,6 +144,9 @@ class SpaceOptions:
 
 @dataclass(frozen=True, slots=True)
 class BatchingChoices:
+    """The batcher values a batching model may take: max_batch_size and queue delays, and
+    the preferred batch sizes worth trying for each max_batch_size (`preferred`)."""
+
     max_batch_sizes: tuple[int, ...]
     delays_us: tuple[int, ...]
     base_preferred: int | None

@@ -31,6 +31,9 @@ TRITON_GPU_BACKENDS = frozenset({"onnxruntime", "pytorch", "tensorrt", "python"}
 
 @dataclass(frozen=True, slots=True)
 class TargetPlatform:
+    """The platform a space is built for on the server tuned, and what the run could not
+    learn of that server (notes, told once)."""
+
     platform: Platform
     notes: tuple[str, ...] = ()  # what the run could not learn of the target, said once
 

@@ -31,6 +31,8 @@ class TritonStartError(TunerError):
 
 @dataclass(frozen=True, slots=True)
 class TritonProcess:
+    """A running private tritonserver and its endpoints (host:port each)."""
+
     process: subprocess.Popen[bytes]
     http: str  # host:port
     grpc: str

@@ -40,6 +40,9 @@ class WriteBackError(TunerError):
 
 @dataclass(frozen=True, slots=True)
 class WriteBack:
+    """What a write-back wrote: the config, its backup (None when there was no config
+    before) and the model files placed."""
+
     config_path: Path
     backup_path: Path | None
     model_files: list[Path]

@@ -19,6 +19,7 @@ Message = tuple[Any, ...]
 
 
 def encode(message: Message) -> bytes:
+    """`message` framed for the channel: its length, then its marshal form."""
     payload = marshal.dumps(message)
     return _LENGTH.pack(len(payload)) + payload
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from common.invariant import InvariantError
 from protocol.client.grpc_infer import (
     Metadata,
     StreamCaller,
@@ -35,6 +36,9 @@ OnDone = Callable[[Any, RawRecord], None]
 
 
 class Connection(Protocol):
+    """What the driver needs of a connection. `was_open` is False after a failed connect or
+    a call failed in transit: the driver then backs off instead of reopening at once."""
+
     was_open: bool
 
     @property
@@ -45,12 +49,17 @@ class Connection(Protocol):
 
 
 class Connector(Protocol):
+    """Makes a transport's connections (`new`), connects them, and releases what they
+    share (`close`) once the driver is done."""
+
     def new(self, on_done: OnDone) -> Connection: ...
     async def connect(self, connection: Connection) -> None: ...
     async def close(self) -> None: ...
 
 
 class HttpConnector:
+    """One HTTP/1.1 keep-alive connection per `InferConnection`; nothing shared."""
+
     def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
 
@@ -58,7 +67,8 @@ class HttpConnector:
         return InferConnection(self._endpoint.address, on_done)
 
     async def connect(self, connection: Connection) -> None:
-        assert isinstance(connection, InferConnection)
+        if not isinstance(connection, InferConnection):
+            raise InvariantError("this connector connects the connections it made")
         loop = asyncio.get_running_loop()
         try:
             await loop.create_connection(
@@ -106,6 +116,7 @@ class GrpcConnector:
 
 
 def make_connector(transport: str, endpoint: Endpoint, metadata: Metadata = ()) -> Connector:
+    """The connector of `transport` (http, grpc or grpc_stream); ValueError for another."""
     if transport == HTTP:
         return HttpConnector(endpoint)
     if transport in (GRPC, GRPC_STREAM):

@@ -288,6 +288,8 @@ def build_sequence_target(
 def make_driver(
     target: InferTarget, options: LoadOptions, peak: LoadLevel | None = None
 ) -> LoadDriver:
+    """The in-process driver, or worker processes when `worker_count` asks for more than one
+    (never more than the connection cap); a sequence model's load stays in this process."""
     schedule = ScheduleSpec(
         distribution=options.request_distribution,
         seed=options.seed,

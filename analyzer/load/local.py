@@ -30,6 +30,7 @@ from analyzer.load.connectors import HTTP, TRANSPORTS, Connection, Connector, ma
 from analyzer.load.options import DEFAULT_MAX_CONNECTIONS
 from analyzer.load.schedule import ScheduleSpec, send_delays_ns
 from analyzer.load.sequence_requests import SequenceSender, SequenceSource
+from common.invariant import present
 from protocol.client.http import Endpoint
 from protocol.client.infer_connection import RawRecord
 
@@ -66,6 +67,8 @@ IDLE = LoadLevel()  # send nothing, keep the connections: a worker process's zer
 
 
 def check_level(level: LoadLevel) -> None:
+    """ValueError unless `level` is a concurrency or a request rate (not both, neither
+    negative); all zero is `IDLE`."""
     if (
         level.concurrency < 0
         or level.request_rate < 0
@@ -232,12 +235,12 @@ class AsyncLoadDriver(LoadDriver):
     def _close_idle_sequences(self) -> None:
         """Stopping: a last request (sequence_end) for each open sequence with nothing
         outstanding; those with a request outstanding are closed when it is answered."""
-        assert self._sequences is not None
-        for slot in self._sequences.open_idle_slots():
+        sequences = present(self._sequences, "only a sequence load closes sequences")
+        for slot in sequences.open_idle_slots():
             connection = self._take_connection()
             if connection is None:
                 return  # at the cap: the server's idle timeout frees the rest
-            request = self._sequences.closing(connection, slot)
+            request = sequences.closing(connection, slot)
             if request is not None:
                 self._in_flight += 1
                 connection.send(request)
@@ -253,8 +256,8 @@ class AsyncLoadDriver(LoadDriver):
             return None
         connection = self._connector.new(self._on_done)
         self._connections.add(connection)
-        assert self._loop is not None
-        self._loop.create_task(self._connector.connect(connection))
+        loop = present(self._loop, "connections are opened while the load runs")
+        loop.create_task(self._connector.connect(connection))
         return connection
 
     async def _open_idle(self, count: int) -> None:
@@ -335,8 +338,8 @@ class AsyncLoadDriver(LoadDriver):
                 self._delayed += 1
             self._send(connection)
             self._next_send_ns += next(delays)
-        assert self._loop is not None
-        self._timer = self._loop.call_later((self._next_send_ns - now) / 1e9, self._tick)
+        loop = present(self._loop, "the schedule ticks while the load runs")
+        self._timer = loop.call_later((self._next_send_ns - now) / 1e9, self._tick)
 
     def _stop_schedule(self) -> None:
         self._delays = None

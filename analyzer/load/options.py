@@ -16,6 +16,9 @@ DEFAULT_MAX_CONNECTIONS = 4096
 
 @dataclass(slots=True)
 class LoadOptions:
+    """Everything the factory needs to build a load: the server, the model, the request
+    data and how it is sent (perf_analyzer's flag beside each field)."""
+
     url: str  # host:port of the server (perf_analyzer's -u)
     model: str  # -m
     version: str = ""  # -x; "" = the server's latest

@@ -26,6 +26,7 @@ from analyzer.load.base import LoadDriver, LoadLevel, RequestRecord, SchedulePro
 from analyzer.load.local import InferTarget, check_level
 from analyzer.load.options import DEFAULT_MAX_CONNECTIONS
 from analyzer.load.schedule import ScheduleSpec
+from common.invariant import present
 
 EXIT_TIMEOUT_S = 10.0
 
@@ -168,12 +169,12 @@ class _Worker:
         return cls(index, process, stderr)
 
     def send(self, message: tuple[Any, ...]) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(channel.encode(message))
+        stdin = present(self.process.stdin, "a load worker is started with a stdin pipe")
+        stdin.write(channel.encode(message))
 
     async def reply(self) -> tuple[Any, ...]:
-        assert self.process.stdout is not None
-        reply = await channel.read(self.process.stdout)
+        stdout = present(self.process.stdout, "a load worker is started with a stdout pipe")
+        reply = await channel.read(stdout)
         if reply is None:
             code = await self.process.wait()
             raise AnalyzerError(

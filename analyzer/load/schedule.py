@@ -76,11 +76,13 @@ def read_intervals_file(path: str | Path) -> list[int]:
 
 
 def check_intervals(intervals: Sequence[int], source: str) -> None:
+    """AnalyzerError, naming `source`, unless the intervals add up to more than 0 us."""
     if not intervals or sum(intervals) <= 0:
         raise AnalyzerError(f"{source} needs at least one interval above 0 microseconds")
 
 
 def check_distribution(distribution: str) -> None:
+    """AnalyzerError unless `distribution` is constant or poisson."""
     if distribution not in DISTRIBUTIONS:
         raise AnalyzerError(
             f"--request-distribution must be constant or poisson, got '{distribution}'"

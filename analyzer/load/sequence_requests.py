@@ -32,6 +32,9 @@ from protocol.client.infer_params import (
 
 
 class StepFramer(Protocol):
+    """Frames one step of a data stream as the transport's request bytes (no sequence
+    parameters: a send adds them)."""
+
     def frame(self, step: SequenceStep) -> bytes: ...
 
 
@@ -73,6 +76,9 @@ class GrpcStepFramer:
 
 @dataclass(frozen=True, slots=True)
 class SequenceSource:
+    """What the factory builds once for a sequence model and every driver's
+    `SequenceSender` shares: the framer, and how many steps each data stream has."""
+
     framer: StepFramer
     stream_steps: tuple[int, ...]  # steps of each data stream
     data_given: bool  # the streams come from input data files

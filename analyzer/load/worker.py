@@ -32,6 +32,8 @@ from protocol.client.http import Endpoint
 
 
 def main() -> None:
+    """Answer the parent's commands until stdin ends (see the module docstring). Replies use
+    a copy of stdout; stdout itself becomes stderr, so stray prints cannot corrupt them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints must not corrupt the reply stream

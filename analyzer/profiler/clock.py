@@ -11,6 +11,8 @@ from typing import Protocol
 
 
 class Clock(Protocol):
+    """Time for the measurer: `now_ns` on `perf_counter_ns`'s scale, and an async sleep."""
+
     def now_ns(self) -> int: ...
 
     async def sleep(self, seconds: float) -> None: ...

@@ -76,6 +76,8 @@ class SearchResult:
 
 
 def passes(run: LevelRun, latency_limit_us: float, percentile: int) -> bool:
+    """Whether a level counts as within the limit: measured, stable, no failed request, and
+    its `percentile` latency at most `latency_limit_us`."""
     m = run.measurement
     return (
         m is not None
@@ -87,6 +89,7 @@ def passes(run: LevelRun, latency_limit_us: float, percentile: int) -> bool:
 
 
 def why_not(run: LevelRun, latency_limit_us: float, percentile: int) -> str:
+    """Why `run` fails `passes`: its failure as given, else a sentence naming the level."""
     where = run.level.describe()
     m = run.measurement
     if run.failure or m is None:
@@ -102,6 +105,7 @@ def why_not(run: LevelRun, latency_limit_us: float, percentile: int) -> str:
 
 
 def check_range(mode: str, start: int, max_level: int) -> None:
+    """ValueError unless `mode` is concurrency or request rate and 1 <= start <= max_level."""
     if mode not in (CONCURRENCY, REQUEST_RATE):
         raise ValueError(f"mode must be {CONCURRENCY} or {REQUEST_RATE}, not {mode!r}")
     if start < 1 or max_level < start:

@@ -49,6 +49,7 @@ from analyzer.profiler.search import (
     why_not,
 )
 from analyzer.profiler.sweep import CONCURRENCY, MeasureLevel, SweepSpec
+from common.invariant import present
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +232,7 @@ class _Staged:
         point = self.scouted_point()
         passing = self.passing_scouted()
         if await self.confirm_at(point):
-            confirmed = self.full[point].measurement
-            assert confirmed is not None
+            confirmed = present(self.full[point].measurement, "a confirmed level was measured")
             higher = [level for level in passing if level > point]
             if higher and confirmed.throughput < SATURATION_SHARE * self.ceiling():
                 above = min(higher)

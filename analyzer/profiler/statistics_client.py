@@ -12,6 +12,9 @@ from protocol.errors import ClientError
 
 
 class StatisticsClient(Protocol):
+    """What `ServerStatistics` needs of a client: the statistics extension's JSON document
+    (every model when `model` is "")."""
+
     async def statistics(self, model: str = "", version: str = "") -> dict[str, Any]: ...
 
 

@@ -16,6 +16,7 @@ from analyzer.load.base import LoadLevel
 from analyzer.measurement import Measurement
 from analyzer.profiler.level import LevelRun, stabilizing_latency_us
 from analyzer.profiler.settings import MeasureSettings
+from common.invariant import present
 
 CONCURRENCY = "concurrency"
 REQUEST_RATE = "request_rate"
@@ -114,8 +115,7 @@ async def _binary(
     outcome: SweepOutcome,
     miss: Callable[[LevelRun], str],
 ) -> None:
-    assert spec.end is not None
-    low, high = spec.start, spec.end
+    low, high = spec.start, present(spec.end, "a binary search has an end")
     first = await measure(spec.level(low))
     outcome.runs.append(first)
     if not _meets(first):

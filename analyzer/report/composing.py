@@ -25,6 +25,7 @@ from analyzer.report.csv_report import CsvLayout, format_double, timing_columns
 
 
 def compute_us(server: ServerBreakdown) -> float:
+    """A model's average compute time: input, infer and output together (microseconds)."""
     return server.compute_input_us + server.compute_infer_us + server.compute_output_us
 
 
@@ -105,6 +106,7 @@ def _model_block(
 
 
 def composing_csv_path(csv_path: Path, model: str, version: str) -> Path:
+    """`<model>_v<version>.<file>` next to the `-f` file, as perf_analyzer names it."""
     return csv_path.with_name(f"{model}_v{version}.{csv_path.name}")
 
 

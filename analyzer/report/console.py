@@ -44,6 +44,7 @@ def results_table(measurements: Sequence[Measurement], concurrency_mode: bool) -
 def print_results(
     measurements: Sequence[Measurement], concurrency_mode: bool, console: Console
 ) -> None:
+    """The results table on `console`; nothing when no level was reported."""
     if measurements:
         console.print(results_table(measurements, concurrency_mode))
 

@@ -54,6 +54,7 @@ class CsvLayout:
 
 
 def header(layout: CsvLayout) -> list[str]:
+    """The column names for `layout`, in the order `row` writes the cells."""
     columns = timing_columns(layout)
     columns += [f"p{p} latency" for p in layout.percentiles]
     if layout.verbose:
@@ -89,6 +90,8 @@ def format_double(value: float) -> str:
 
 
 def row(m: Measurement, layout: CsvLayout) -> list[str]:
+    """One measurement's cells, in `header`'s order (durations in whole microseconds,
+    truncated)."""
     level = str(m.concurrency) if layout.concurrency_mode else format_double(m.request_rate)
     send_us = int(m.client_send_us)
     recv_us = int(m.client_recv_us)
@@ -131,4 +134,5 @@ def csv_text(measurements: Sequence[Measurement], layout: CsvLayout) -> str:
 
 
 def write_csv(path: Path, measurements: Sequence[Measurement], layout: CsvLayout) -> None:
+    """`csv_text` written to `path` (replacing it)."""
     path.write_text(csv_text(measurements, layout))

@@ -210,4 +210,5 @@ def write_html(
     concurrency_mode: bool,
     details: Sequence[tuple[str, str]] = (),
 ) -> None:
+    """`perf_page` written to `path` (UTF-8, replacing it)."""
     path.write_text(perf_page(measurements, concurrency_mode, details), encoding="utf-8")

@@ -43,6 +43,8 @@ def _request(record: RequestRecord, offset_ns: int) -> dict[str, Any]:
 
 
 def experiment(run: LevelRun, offset_ns: int) -> dict[str, Any]:
+    """One level's entry: its mode and value, every request of its windows in start order,
+    and the windows' boundaries (epoch nanoseconds)."""
     level = run.level
     if level.concurrency:
         mode: dict[str, Any] = {"mode": "concurrency", "value": level.concurrency}
@@ -71,4 +73,5 @@ def profile_export(runs: Sequence[LevelRun], offset_ns: int, endpoint: str = "")
 def write_profile_export(
     path: Path, runs: Sequence[LevelRun], offset_ns: int, endpoint: str = ""
 ) -> None:
+    """`profile_export` written to `path` as one line of JSON."""
     path.write_text(json.dumps(profile_export(runs, offset_ns, endpoint)) + "\n")

@@ -87,6 +87,8 @@ def _varint(value: int) -> bytes:
 
 
 def open_channel(address: str) -> grpc.aio.Channel:
+    """A plaintext grpc.aio channel to `address` (host:port) with no message size limit either
+    way; it connects lazily (see `wait_connected`)."""
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 

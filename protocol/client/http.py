@@ -278,16 +278,18 @@ class HttpClient:
     async def _exchange(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         if self._writer is None:
             await self._connect()
-        assert self._reader is not None and self._writer is not None
+        reader, writer = self._reader, self._writer
+        if reader is None or writer is None:
+            raise RuntimeError("a connected client has a reader and a writer")
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.endpoint.address}"]
         if body or method == "POST":
             lines += [f"Content-Type: {CONTENT_TYPE_JSON}", f"Content-Length: {len(body)}"]
         lines += [f"{name}: {value}" for name, value in self._headers.items()]
-        self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         response = _Response()
         parser = httptools.HttpResponseParser(response)
         while not response.complete:
-            data = await self._reader.read(65536)
+            data = await reader.read(65536)
             if not data:
                 raise ConnectionResetError("the server closed the connection")
             try:

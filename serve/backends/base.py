@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,13 +119,6 @@ class BatchTimes:
     # When the batch's execution began and ended (time.monotonic_ns; the worker sets them).
     start_ns: int = 0
     end_ns: int = 0
-
-
-@dataclass(slots=True)
-class LoadWarnings:
-    """Messages a backend wants shown once at load (e.g. a GPU accelerator falling back to CPU)."""
-
-    messages: list[str] = field(default_factory=list)
 
 
 class ModelInstance(abc.ABC):

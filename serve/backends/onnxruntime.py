@@ -20,8 +20,10 @@ import numpy as np
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
+from common.invariant import InvariantError
 from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInstance, RequestResult
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
+from serve.backends.parameters import ConfigParameters
 from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.platform import CUDA_PROVIDER, TENSORRT_PROVIDER, ServingPlatform
@@ -32,30 +34,16 @@ DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=default-max-batch-size d
 DEFAULT_MAX_BATCH_SETTING = "default-max-batch-size"
 
 
-def _parameter(config: mc.ModelConfig, key: str) -> str | None:
-    if key in config.parameters:
-        return config.parameters[key].string_value
-    return None
-
-
-def _int_parameter(config: mc.ModelConfig, key: str, source: str) -> int | None:
-    value = _parameter(config, key)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ServeError.invalid(
-            f"{source}: parameters['{key}']: '{value}' is not an integer"
-        ) from None
-
-
 def session_options(config: mc.ModelConfig, source: str) -> ort.SessionOptions:
+    """The onnxruntime SessionOptions a model's config asks for: its thread, execution-mode and
+    memory-arena `parameters` (ServeError naming `source` for a bad value) and its graph
+    optimization level; onnxruntime's defaults for what it leaves out."""
     options = ort.SessionOptions()
-    intra = _int_parameter(config, "intra_op_thread_count", source)
-    inter = _int_parameter(config, "inter_op_thread_count", source)
-    mode = _int_parameter(config, "execution_mode", source)
-    arena = _int_parameter(config, "enable_mem_arena", source)
+    parameters = ConfigParameters(config, source)
+    intra = parameters.integer("intra_op_thread_count", minimum=0)
+    inter = parameters.integer("inter_op_thread_count", minimum=0)
+    mode = parameters.integer("execution_mode")
+    arena = parameters.integer("enable_mem_arena")
     if intra is not None:
         options.intra_op_num_threads = intra
     if inter is not None:
@@ -188,6 +176,10 @@ def default_engine_cache() -> Path:
 
 
 class OnnxRuntimeInstance(ModelInstance):
+    """One InferenceSession. A batching model's requests run as one `session.run` on their inputs
+    concatenated along the batch dimension; an onnxruntime error fails every request of the batch.
+    Quick batches may run on the event loop's thread (it waits on nothing else)."""
+
     inline_when_quick = True
 
     def __init__(self, context: InstanceContext) -> None:
@@ -250,7 +242,8 @@ class OnnxRuntimeInstance(ModelInstance):
                 self._output_names.append(state.output_name)
 
     def execute(self, requests: Sequence[InferRequest], times: BatchTimes) -> list[RequestResult]:
-        assert self._session is not None, "execute before load"
+        if self._session is None:
+            raise InvariantError("an instance executes only once loaded")
         start = time.perf_counter_ns()
         if self._batched:
             rows = [batch_rows(r) for r in requests]
@@ -318,6 +311,9 @@ def require_gpu_session(session: ProviderSession, asked: Sequence[Any], where: s
 
 
 class OnnxRuntimeBackend(Backend):
+    """Models of platform onnxruntime_onnx (`model.onnx`); two instances per CPU group by default,
+    as Triton."""
+
     name = "onnxruntime"
     default_model_filename = "model.onnx"
     platforms = ("onnxruntime_onnx",)

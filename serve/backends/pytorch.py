@@ -214,7 +214,7 @@ class PyTorchInstance(ModelInstance):
 
         ctx = self.context
         path = ctx.model_path
-        self._options = TorchOptions.from_config(ctx.config)
+        self._options = TorchOptions.from_config(ctx.config, str(ctx.model_dir / "config.pbtxt"))
         self._outputs = _plan_outputs(ctx.model_name, ctx.config)
         if not path.is_file():
             raise ServeError.unavailable(

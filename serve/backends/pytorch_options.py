@@ -9,12 +9,11 @@ names them (`ignored`); parameters Triton does not know are left alone, as Trito
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.errors import ServeError
+from serve.backends.parameters import ConfigParameters
 
 # Triton's names this server does not honour -> why.
 IGNORED = {
@@ -45,18 +44,20 @@ class TorchOptions:
     ignored: tuple[str, ...] = ()  # "NAME: why", for the load's warnings
 
     @classmethod
-    def from_config(cls, config: mc.ModelConfig) -> TorchOptions:
-        params = {key: value.string_value for key, value in config.parameters.items()}
+    def from_config(cls, config: mc.ModelConfig, source: str) -> TorchOptions:
+        """The options `config` asks for; ServeError (INVALID) naming `source` (its
+        config.pbtxt) and the parameter when a value does not parse."""
+        params = ConfigParameters(config, source)
         return cls(
-            intra_op_threads=_int_param(params, "INTRA_OP_THREAD_COUNT"),
-            inter_op_threads=_int_param(params, "INTER_OP_THREAD_COUNT"),
-            optimized_execution=not _bool_param(params, "DISABLE_OPTIMIZED_EXECUTION", False),
-            inference_mode=bool(_bool_param(params, "INFERENCE_MODE", True)),
-            jit_executor=_bool_param(params, "ENABLE_JIT_EXECUTOR", None),
-            jit_profiling=_bool_param(params, "ENABLE_JIT_PROFILING", None),
-            tensor_fuser=_bool_param(params, "ENABLE_TENSOR_FUSER", None),
-            cudnn=not _bool_param(params, "DISABLE_CUDNN", False),
-            cache_cleaning=bool(_bool_param(params, "ENABLE_CACHE_CLEANING", False)),
+            intra_op_threads=params.integer("INTRA_OP_THREAD_COUNT", minimum=0) or 0,
+            inter_op_threads=params.integer("INTER_OP_THREAD_COUNT", minimum=0) or 0,
+            optimized_execution=not params.flag("DISABLE_OPTIMIZED_EXECUTION"),
+            inference_mode=params.flag("INFERENCE_MODE") is not False,
+            jit_executor=params.flag("ENABLE_JIT_EXECUTOR"),
+            jit_profiling=params.flag("ENABLE_JIT_PROFILING"),
+            tensor_fuser=params.flag("ENABLE_TENSOR_FUSER"),
+            cudnn=not params.flag("DISABLE_CUDNN"),
+            cache_cleaning=bool(params.flag("ENABLE_CACHE_CLEANING")),
             ignored=tuple(f"{key}: {why}" for key, why in IGNORED.items() if key in params),
         )
 
@@ -73,26 +74,3 @@ class TorchOptions:
                 if asked
             ]
         return found
-
-
-def _int_param(params: Mapping[str, str], key: str) -> int:
-    raw = params.get(key, "").strip()
-    if not raw:
-        return 0
-    try:
-        return max(int(raw), 0)
-    except ValueError:
-        raise ServeError.unavailable(
-            f"config parameter '{key}' must be an integer, got '{raw}'"
-        ) from None
-
-
-def _bool_param(params: Mapping[str, str], key: str, default: bool | None) -> bool | None:
-    raw = params.get(key, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("true", "on", "1"):
-        return True
-    if raw in ("false", "off", "0"):
-        return False
-    raise ServeError.unavailable(f"config parameter '{key}' must be true or false, got '{raw}'")

@@ -21,10 +21,13 @@ Fail = Callable[[str, str], ServeError]  # (field, message) -> the error to rais
 
 
 def is_ensemble(config: mc.ModelConfig) -> bool:
+    """Whether `config` is an ensemble's: its platform is "ensemble"."""
     return config.platform == ENSEMBLE_PLATFORM
 
 
 def step_name(index: int, step: mc.ModelEnsembling.Step) -> str:
+    """How errors name step `index` of an ensemble: its place in `ensemble_scheduling` and its
+    model."""
     return f"ensemble_scheduling.step[{index}] (model '{step.model_name}')"
 
 

@@ -38,6 +38,8 @@ def parse_config_text(text: str, source: str) -> mc.ModelConfig:
 
 
 def read_config_file(path: Path) -> mc.ModelConfig:
+    """The config in `path` (text format); ServeError (invalid) naming the file when it cannot be
+    read or parsed."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

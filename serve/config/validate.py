@@ -58,8 +58,29 @@ def validate_config(config: mc.ModelConfig, source: str, model_dir_name: str) ->
     _check_tensors(config.output, "output", config.max_batch_size, check)
     check_ensemble_config(config, check.fail)
     _check_scheduling(config, check)
+    _check_response_cache(config, check)
     _check_instance_groups(config, check)
     _check_warmup(config, check)
+
+
+def _check_response_cache(config: mc.ModelConfig, check: _Checker) -> None:
+    """Triton refuses the response cache where a request's answer depends on more than its
+    inputs (a sequence's state) or is not one response (decoupled), in these words."""
+    if not config.response_cache.enable:
+        return
+    name = config.name
+    if config.HasField("sequence_batching"):
+        raise check.fail(
+            "response_cache",
+            f"Response Cache does not currently support model {name} with sequence batching "
+            "scheduler. Please disable the response cache.",
+        )
+    if config.model_transaction_policy.decoupled:
+        raise check.fail(
+            "response_cache",
+            f"Response Cache does not currently support model {name} with 'decoupled' "
+            "transaction policy. Please disable the response cache.",
+        )
 
 
 def _check_version_policy(config: mc.ModelConfig, check: _Checker) -> None:

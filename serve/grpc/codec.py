@@ -4,9 +4,12 @@ An input's data comes either in the request's `raw_input_contents` (one entry pe
 has neither typed contents nor a shared-memory region, in input order: the little-endian,
 row-major bytes; BYTES as 4-byte length-prefixed elements) or in the input's typed `contents`
 field for its datatype (FP16 and BF16 have none: raw only). The two forms are not mixed in one
-request. Raw tensors are `numpy.frombuffer` views of the received bytes: read-only.
+request. Raw tensors are `numpy.frombuffer` views of the received bytes (or of the buffer the
+message was gathered into, when `serve.grpc.raw_contents` took the entries out): read-only.
 
 Responses carry every output in `raw_output_contents`, in output order.
+`encode_infer_response_wire` gives a response's wire bytes as buffers: the message without its
+raw outputs, then each raw output's field as its array's own bytes (no copy into the message).
 """
 
 from __future__ import annotations
@@ -46,9 +49,12 @@ _INT64_MAX = 2**63 - 1
 ParameterMap = Mapping[str, Any]  # protobuf map<string, InferParameter>
 
 
-def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
-    """The request as an InferRequest; ServeError (invalid) naming the tensor when it is wrong."""
-    raw_contents = message.raw_input_contents
+def decode_infer_request(
+    message: pb.ModelInferRequest, raw: Sequence[bytes | memoryview] | None = None
+) -> InferRequest:
+    """The request as an InferRequest; ServeError (invalid) naming the tensor when it is wrong.
+    `raw`: the raw_input_contents entries when they were taken out of `message`."""
+    raw_contents: Sequence[bytes | memoryview] = message.raw_input_contents if raw is None else raw
     inputs: dict[str, np.ndarray] = {}
     region_inputs: dict[str, tuple[tuple[int, ...], RegionSlice]] = {}
     datatypes: dict[str, str] = {}
@@ -104,6 +110,8 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
 
 
 def encode_infer_response(response: InferResponse, request: InferRequest) -> pb.ModelInferResponse:
+    """`response` as a ModelInferResponse, every output in raw_output_contents (an empty entry for
+    one written to a shared-memory region); the id is the request's when the response has none."""
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version,
@@ -128,6 +136,56 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> pb.
     return message
 
 
+_RAW_OUTPUT_TAG = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents
+
+
+def encode_infer_response_wire(
+    response: InferResponse, request: InferRequest
+) -> tuple[list[bytes | memoryview], int]:
+    """The serialized ModelInferResponse as buffers, in order, and their total length: what
+    `encode_infer_response` gives, serialized, with each output's bytes a view of its array
+    when that is already little-endian and contiguous."""
+    message = pb.ModelInferResponse(
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id or request.id,
+    )
+    tail: list[bytes | memoryview] = []
+    total = 0
+    for output in response.outputs:
+        data = output.data
+        message.outputs.add(name=output.name, datatype=output.datatype, shape=data.shape)
+        raw: bytes | memoryview = b""
+        if output.region is None:  # else written there; an empty entry keeps the order
+            raw = _output_buffer(output.name, output.datatype, data)
+        tag = _RAW_OUTPUT_TAG + _varint(len(raw))
+        tail += (tag, raw)
+        total += len(tag) + len(raw)
+    if response.parameters:
+        encode_parameters(response.parameters, message.parameters)
+    head = message.SerializeToString()
+    return [head, *tail], len(head) + total
+
+
+def _output_buffer(name: str, datatype: str, data: np.ndarray) -> bytes | memoryview:
+    if datatype == "BYTES":
+        return tensor_bytes(datatype, data)
+    dtype = WIRE_DTYPES.get(datatype)
+    if dtype is None:
+        raise ServeError.internal(f"output '{name}': unknown datatype '{datatype}'")
+    flat: Any = np.ascontiguousarray(data, dtype=dtype).reshape(-1).view(np.uint8)
+    return memoryview(flat)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _datatype_and_shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[str, list[int]]:
     datatype = tensor.datatype
     if datatype not in WIRE_TO_NUMPY:
@@ -140,12 +198,13 @@ def _datatype_and_shape(tensor: pb.ModelInferRequest.InferInputTensor) -> tuple[
     return datatype, shape
 
 
-def raw_input(name: str, datatype: str, shape: list[int], raw: bytes) -> np.ndarray:
-    """An input from its raw_input_contents entry (a view of `raw`, no copy)."""
+def raw_input(name: str, datatype: str, shape: list[int], raw: bytes | memoryview) -> np.ndarray:
+    """An input from its raw_input_contents entry (a read-only view of `raw`, no copy)."""
     count = math.prod(shape)
     if datatype == "BYTES":
+        data = raw if isinstance(raw, bytes) else bytes(raw)
         try:
-            items = parse_bytes_tensor(raw, 0, len(raw), count, f"input '{name}'")
+            items = parse_bytes_tensor(data, 0, len(data), count, f"input '{name}'")
         except ProtocolError as exc:
             raise ServeError.invalid(str(exc)) from None
         return items.reshape(shape)
@@ -155,7 +214,10 @@ def raw_input(name: str, datatype: str, shape: list[int], raw: bytes) -> np.ndar
             f"input '{name}': raw_input_contents holds {len(raw)} bytes but shape {shape} of "
             f"{datatype} needs {expected}"
         )
-    return np.frombuffer(raw, WIRE_DTYPES[datatype], count).reshape(shape)
+    array = np.frombuffer(raw, WIRE_DTYPES[datatype], count).reshape(shape)
+    if type(raw) is not bytes:
+        array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
+    return array
 
 
 def contents_input(

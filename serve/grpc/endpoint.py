@@ -20,6 +20,9 @@ STOP_GRACE_S = 10.0
 
 
 class GrpcEndpoint:
+    """The gRPC endpoint on grpcio's aio server (`--grpc-front-end grpcio`), with restricted methods
+    refused by an interceptor; `start` returns the address and port bound."""
+
     name = "GRPCInferenceService"
 
     def __init__(

@@ -21,6 +21,8 @@ DEFAULT_MAX_CONNECTIONS = 4096
 
 @dataclass(frozen=True, slots=True)
 class GrpcLimits:
+    """The three limits (see above), with the refusal a connection past the limit gets."""
+
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # received or sent
     max_streams: int = DEFAULT_MAX_STREAMS  # calls open at once on one connection
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # open at once (native front end)

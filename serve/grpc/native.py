@@ -20,11 +20,15 @@ from tritonclient.grpc import service_pb2 as pb
 
 from serve.dataplane import DataPlane
 from serve.errors import ServeError
-from serve.grpc.codec import decode_infer_request, encode_infer_response
+from serve.grpc.codec import (
+    decode_infer_request,
+    encode_infer_response_wire,
+)
 from serve.grpc.endpoint import STOP_GRACE_S
 from serve.grpc.http2.calls import Call, Router, RpcMethod
 from serve.grpc.http2.server import Http2GrpcServer
 from serve.grpc.limits import GrpcLimits
+from serve.grpc.raw_contents import parse_infer_request
 from serve.grpc.service import InferenceServicer
 from serve.grpc.status import GRPC_STATUS
 from serve.grpc.stream import error_response, stream_answer
@@ -38,6 +42,8 @@ SERVICE = "inference.GRPCInferenceService"
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 _INVALID = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 _STREAMING = {"ModelStreamInfer"}
+# An answer at least this large is written from its outputs' own buffers.
+LARGE_ANSWER = 1 << 16
 
 
 def _code(error: ServeError) -> int:
@@ -61,8 +67,8 @@ class _CallContext:
 
 def _servicer_method(
     method: Callable[[Any, Any], Any], request_type: type[Message]
-) -> Callable[[bytes, Call], None]:
-    def start(message: bytes, call: Call) -> None:
+) -> Callable[[bytes | memoryview, Call], None]:
+    def start(message: bytes | memoryview, call: Call) -> None:
         try:
             request = request_type.FromString(message)
         except DecodeError as exc:
@@ -95,9 +101,9 @@ class _Infer:
     def __init__(self, dataplane: DataPlane) -> None:
         self._dataplane = dataplane
 
-    def __call__(self, message: bytes, call: Call) -> None:
+    def __call__(self, message: bytes | memoryview, call: Call) -> None:
         try:
-            request = decode_infer_request(pb.ModelInferRequest.FromString(message))
+            request = decode_infer_request(*parse_infer_request(message))
             request.cancellation = cancellation = Cancellation()
             call.on_cancel = cancellation.cancel  # RST_STREAM, or the connection closed
             self._dataplane.submit(
@@ -118,7 +124,8 @@ class _Infer:
         if trace is not None:
             trace.stamp("GRPC_SEND_START")
         try:
-            call.respond(encode_infer_response(result, request).SerializeToString())
+            parts, total = encode_infer_response_wire(result, request)
+            call.respond(parts if total >= LARGE_ANSWER else b"".join(parts))
         except ServeError as exc:
             call.finish(_code(exc), exc.message)
         if trace is not None:
@@ -137,9 +144,9 @@ class _Stream:
         self._half_closed = False
         self._open: set[Cancellation] = set()  # the requests not yet answered in full
 
-    def on_message(self, message: bytes) -> None:
+    def on_message(self, message: bytes | memoryview) -> None:
         try:
-            infer = pb.ModelInferRequest.FromString(message)
+            infer, raw = parse_infer_request(message)
         except DecodeError as exc:
             self._send(pb.ModelStreamInferResponse(error_message=f"malformed request: {exc}"))
             return
@@ -147,7 +154,7 @@ class _Stream:
         cancellation = Cancellation()
         self._open.add(cancellation)
         try:
-            request = decode_infer_request(infer)
+            request = decode_infer_request(infer, raw)
             request.cancellation = cancellation
             self._dataplane.submit_stream(
                 request, lambda result, final: self._done(infer, request, result, final)

@@ -67,6 +67,9 @@ def _settle(future: asyncio.Future[InferResponse | ServeError]) -> Callable[...,
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Every RPC of GRPCInferenceService as a coroutine delegating to the DataPlane: grpcio's server
+    runs them all, the native front end all but ModelInfer and ModelStreamInfer."""
+
     def __init__(self, dataplane: DataPlane) -> None:
         self._dataplane = dataplane
 

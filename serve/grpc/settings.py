@@ -16,10 +16,13 @@ from serve.errors import ServeError
 
 
 def decode_trace_settings(settings: Mapping[str, Any]) -> dict[str, list[str] | None]:
+    """A TraceSettingRequest's settings as the DataPlane takes them: each key's values, None for an
+    empty list (back to the global setting)."""
     return {key: list(value.value) or None for key, value in settings.items()}
 
 
 def encode_trace_settings(settings: Mapping[str, list[str]]) -> pb.TraceSettingResponse:
+    """The DataPlane's trace settings (each key's values) as a TraceSettingResponse."""
     response = pb.TraceSettingResponse()
     for key, values in settings.items():
         response.settings[key].value.extend(values)
@@ -27,6 +30,8 @@ def encode_trace_settings(settings: Mapping[str, list[str]]) -> pb.TraceSettingR
 
 
 def decode_log_settings(settings: Mapping[str, Any]) -> dict[str, bool | int | str]:
+    """A LogSettingsRequest's settings as plain values; ServeError (invalid) naming a key that has
+    none."""
     update: dict[str, bool | int | str] = {}
     for key, value in settings.items():
         choice = value.WhichOneof("parameter_choice")
@@ -37,6 +42,8 @@ def decode_log_settings(settings: Mapping[str, Any]) -> dict[str, bool | int | s
 
 
 def encode_log_settings(settings: Mapping[str, bool | int | str]) -> pb.LogSettingsResponse:
+    """The DataPlane's log settings as a LogSettingsResponse, each value in the field of its type
+    (bool, uint32, string)."""
     response = pb.LogSettingsResponse()
     for key, value in settings.items():
         entry = response.settings[key]

@@ -10,6 +10,7 @@ import orjson
 
 from serve.dataplane import DataPlane
 from serve.errors import ServeError
+from serve.http.generate_route import add_generate_routes
 from serve.http.infer_route import InferRoute
 from serve.http.router import Answer, ControlRequest, Router
 from serve.http.settings_codec import log_update, trace_response, trace_update
@@ -40,6 +41,9 @@ def _json_body(request: ControlRequest) -> dict[str, Any]:
 
 
 def build_control_plane(dataplane: DataPlane) -> Router:
+    """The router of every HTTP route but POST .../infer (health, metadata, configs, statistics,
+    generate, the repository, trace and log settings, shared memory), each handler delegating to
+    `dataplane`."""
     app = Router()
 
     async def server_metadata(_: ControlRequest) -> Answer:
@@ -90,6 +94,7 @@ def build_control_plane(dataplane: DataPlane) -> Router:
         app.add("GET", model + "/ready", model_ready)
         app.add("GET", model + "/config", config)
         app.add("GET", model + "/stats", stats)
+    add_generate_routes(app, dataplane)
     app.add("POST", "/v2/repository/index", repository_index)
     app.add("POST", "/v2/repository/models/{model}/load", load)
     app.add("POST", "/v2/repository/models/{model}/unload", unload)

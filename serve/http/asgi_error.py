@@ -9,6 +9,8 @@ from serve.http.codec import encode_error
 
 
 async def send_error(send: Any, status: int, message: str, *, close: bool = False) -> None:
+    """Answer `status` with the error body from ASGI middleware; `close` adds `Connection: close`
+    (for a request whose body is left unread)."""
     body = encode_error(message)
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if close:

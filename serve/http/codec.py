@@ -5,8 +5,10 @@ A request or response body is a JSON header, optionally followed by binary tenso
 carry `parameters.binary_data_size` and follow the header in tensor order, little-endian and
 row-major; a BYTES element is a 4-byte little-endian length followed by its bytes.
 
-Decoded fixed-size tensors are `numpy.frombuffer` views of the body: read-only and possibly
-unaligned. BYTES tensors are object arrays of `bytes`.
+Decoded fixed-size tensors are `numpy.frombuffer` views of the body (bytes, or the buffer a
+large body was read into: no copy either way): read-only and possibly unaligned. BYTES tensors
+are object arrays of `bytes`. A response's binary outputs are not joined to its JSON header:
+`encode_infer_response_parts` gives the header and each output's bytes as separate buffers.
 """
 
 from __future__ import annotations
@@ -71,14 +73,17 @@ def parse_header_length(value: str | bytes | None) -> int | None:
 
 
 def decode_infer_request(
-    body: bytes, header_length: int | None, model_name: str, model_version: str
+    body: bytes | memoryview, header_length: int | None, model_name: str, model_version: str
 ) -> InferRequest:
-    """Decode an infer request body; `header_length` is None when the whole body is JSON."""
-    if not isinstance(body, bytes):
-        body = bytes(body)
+    """Decode an infer request body (bytes, or a byte buffer such as a memoryview: its binary
+    tensors are views of it); `header_length` is None when the whole body is JSON."""
+    if type(body) is not bytes:
+        body = memoryview(body).cast("B")
     body_length = len(body)
     json_end = _json_end(header_length, body_length)
     header_bytes = body if json_end == body_length else body[:json_end]
+    if type(header_bytes) is not bytes:
+        header_bytes = bytes(header_bytes)  # the JSON header only
     try:
         header = orjson.loads(header_bytes)
     except orjson.JSONDecodeError as exc:
@@ -134,7 +139,17 @@ def decode_infer_request(
 def encode_infer_response(
     response: InferResponse, request: InferRequest
 ) -> tuple[bytes, int | None]:
-    """Encode a response as (body, header_length); header_length is None for an all-JSON body.
+    """Encode a response as (body, header_length): `encode_infer_response_parts` joined."""
+    parts, header_length = encode_infer_response_parts(response, request)
+    return b"".join(parts), header_length
+
+
+def encode_infer_response_parts(
+    response: InferResponse, request: InferRequest
+) -> tuple[list[bytes | memoryview], int | None]:
+    """Encode a response as (body buffers, header_length): the JSON header, then each binary
+    output's bytes (a view of its array when that is already little-endian and contiguous);
+    header_length is None for an all-JSON body.
 
     An output goes binary when its requested output says `binary_data: true`, or, without
     that parameter, when the request says `binary_data_output: true`. A BYTES output asked
@@ -147,7 +162,7 @@ def encode_infer_response(
         per_output = {o.name: o.parameters.get(BINARY_DATA) for o in request.requested_outputs}
 
     outputs: list[dict[str, Any]] = []
-    blobs: list[Any] = []
+    blobs: list[bytes | memoryview] = []
     for output in response.outputs:
         choice = per_output.get(output.name)
         entry, blob = _encode_output(output, binary_default if choice is None else choice is True)
@@ -168,11 +183,12 @@ def encode_infer_response(
     header["outputs"] = outputs
     header_bytes = orjson.dumps(header, option=_JSON_OPTIONS)
     if not blobs:
-        return header_bytes, None
-    return b"".join([header_bytes, *blobs]), len(header_bytes)
+        return [header_bytes], None
+    return [header_bytes, *blobs], len(header_bytes)
 
 
 def encode_error(message: str) -> bytes:
+    """The body of every HTTP error answer: `{"error": message}`, as Triton writes it."""
     return orjson.dumps({"error": message})
 
 
@@ -191,7 +207,7 @@ def _json_end(header_length: int | None, body_length: int) -> int:
 
 
 def _decode_input(
-    spec: Any, index: int, body: bytes, offset: int, literals: bool
+    spec: Any, index: int, body: bytes | memoryview, offset: int, literals: bool
 ) -> tuple[str, str, np.ndarray | tuple[tuple[int, ...], RegionSlice], int]:
     """One input: (name, datatype, array or (shape, shared-memory range), offset of the next
     binary input)."""
@@ -254,13 +270,16 @@ def _decode_input(
             f" ({len(body) - offset} bytes left)"
         )
     if datatype == "BYTES":
+        data_bytes, start = (body, offset) if type(body) is bytes else (bytes(body[offset:end]), 0)
         try:
-            items = parse_bytes_tensor(body, offset, size, count, f"input '{name}'")
+            items = parse_bytes_tensor(data_bytes, start, size, count, f"input '{name}'")
         except ProtocolError as exc:
             raise ServeError.invalid(str(exc)) from None
         array = items.reshape(shape)
     else:
         array = np.frombuffer(body, WIRE_DTYPES[datatype], count, offset).reshape(shape)
+        if type(body) is not bytes:
+            array.flags.writeable = False  # a view of a writable buffer: read-only as from bytes
     return name, datatype, array, end
 
 
@@ -372,7 +391,9 @@ def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
     return result
 
 
-def _encode_output(output: OutputTensor, binary: bool) -> tuple[dict[str, Any], Any]:
+def _encode_output(
+    output: OutputTensor, binary: bool
+) -> tuple[dict[str, Any], bytes | memoryview | None]:
     """The output's JSON entry and its binary blob (None when its data is in the JSON or in
     shared memory)."""
     data = output.data
@@ -384,7 +405,7 @@ def _encode_output(output: OutputTensor, binary: bool) -> tuple[dict[str, Any], 
     if output.region is not None:
         # No parameters, as Triton: its C++ client reads binary_data_size from any it finds.
         return entry, None
-    blob: Any
+    blob: bytes | memoryview
     if output.datatype == "BYTES":
         if not binary:
             texts = _as_texts(data)
@@ -400,8 +421,9 @@ def _encode_output(output: OutputTensor, binary: bool) -> tuple[dict[str, Any], 
             flat = array.reshape(-1)
             entry["data"] = flat.astype(np.float32) if output.datatype == "FP16" else flat
             return entry, None
-        blob = array.reshape(-1).view(np.uint8)
-        size = blob.size
+        raw: Any = array.reshape(-1).view(np.uint8)
+        blob = memoryview(raw)
+        size = len(blob)
     entry["parameters"] = {BINARY_DATA_SIZE: size}
     return entry, blob
 

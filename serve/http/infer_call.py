@@ -19,7 +19,7 @@ from serve.errors import ServeError
 from serve.http.codec import (
     decode_infer_request,
     encode_error,
-    encode_infer_response,
+    encode_infer_response_parts,
     parse_header_length,
 )
 from serve.http.status import HTTP_STATUS
@@ -31,18 +31,22 @@ log = logging.getLogger("serve.http")
 INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 JSON = CONTENT_TYPE_JSON.encode()
 BINARY = CONTENT_TYPE_BINARY.encode()
+# A response at least this large keeps its binary outputs as separate buffers (no join).
+KEEP_PARTS_MIN = 1 << 16
+
+Body = bytes | list[bytes | memoryview]
 
 
 class InferAnswer:
-    """A response to send: status, body, content type and the JSON header's length (None for
-    an all-JSON body)."""
+    """A response to send: status, body (bytes, or the buffers of a large one in order),
+    content type and the JSON header's length (None for an all-JSON body)."""
 
     __slots__ = ("body", "content_type", "json_length", "status", "trace")
 
     def __init__(
         self,
         status: int,
-        body: bytes,
+        body: Body,
         content_type: bytes = JSON,
         json_length: int | None = None,
         trace: RequestTrace | None = None,
@@ -66,12 +70,13 @@ class InferAnswer:
 
 
 def error_answer(error: ServeError) -> InferAnswer:
+    """The infer answer for `error`: its kind's HTTP status and the JSON error body."""
     return InferAnswer(HTTP_STATUS[error.kind], encode_error(error.message))
 
 
 def submit_infer(
     dataplane: DataPlane,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: bytes | None,
     model: str,
     version: str,
@@ -104,7 +109,7 @@ def _answer(
     try:
         if isinstance(result, ServeError):
             raise result
-        payload, json_length = encode_infer_response(result, request)
+        parts, json_length = encode_infer_response_parts(result, request)
     except ServeError as exc:
         answer = error_answer(exc)
         answer.trace = trace
@@ -113,6 +118,11 @@ def _answer(
         log.exception("encoding the inference response failed")
         answer = InferAnswer(500, encode_error(f"internal error: {exc!r}"), trace=trace)
         return answer
+    payload: Body = parts
+    if len(parts) == 1:
+        payload = bytes(parts[0])
+    elif sum(map(len, parts)) < KEEP_PARTS_MIN:
+        payload = b"".join(parts)
     return InferAnswer(200, payload, JSON if json_length is None else BINARY, json_length, trace)
 
 

@@ -27,6 +27,9 @@ ASGIApp = Any
 
 
 class InferRoute:
+    """The ASGI application of the uvicorn front end: POST .../infer answered here, every other
+    request passed on to the control plane."""
+
     def __init__(self, dataplane: DataPlane, control_plane: ASGIApp) -> None:
         self._dataplane = dataplane
         self._control_plane = control_plane
@@ -91,7 +94,7 @@ async def _watch_disconnect(
 
 
 async def _respond(send: Any, answer: InferAnswer) -> None:
-    body = answer.body
+    body = answer.body if isinstance(answer.body, bytes) else b"".join(answer.body)
     headers = [(b"content-type", answer.content_type), (b"content-length", b"%d" % len(body))]
     if answer.json_length is not None:
         headers.append((HEADER_LENGTH_ASGI, b"%d" % answer.json_length))

@@ -25,6 +25,9 @@ DEFAULT_MAX_BUFFERED_BYTES = 16 * DEFAULT_MAX_INPUT_BYTES
 
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
+    """The limits above, with the message each refusal carries (naming the limit and its flag where
+    it has one)."""
+
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES  # a request body; more: 413
     # a request not received whole this long after its first byte: 408
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S

@@ -12,9 +12,11 @@ here; any other exception is logged and answered 500, and the server keeps servi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +31,22 @@ _JSON = b"application/json"
 
 @dataclass(frozen=True, slots=True)
 class Answer:
+    """What a control-plane handler returns: a status, a body (or a stream of pieces), its content
+    type and any further headers."""
+
     status: int = 200
     body: bytes = b""
     content_type: bytes | None = None
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    # An answer sent in pieces as they come (server-sent events): `body` is ignored.
+    stream: AsyncIterator[bytes] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ControlRequest:
+    """What a control-plane handler gets: the method, the path's parameters by name and the whole
+    body."""
+
     method: str
     params: dict[str, str]
     body: bytes
@@ -46,6 +56,7 @@ Handler = Callable[[ControlRequest], Awaitable[Answer]]
 
 
 def error_answer(status: int, message: str) -> Answer:
+    """An error as the control plane answers it: `status` and the JSON error body."""
     return Answer(status, encode_error(message), _JSON)
 
 
@@ -89,11 +100,19 @@ class Router:
             return
         method = "GET" if scope["method"] == "HEAD" else scope["method"]
         answer = await self._answer(method, scope["path"], receive)
-        headers = [(b"content-length", b"%d" % len(answer.body)), *answer.headers]
+        headers = list(answer.headers)
+        if answer.stream is None:
+            headers.append((b"content-length", b"%d" % len(answer.body)))
         if answer.content_type is not None:
             headers.append((b"content-type", answer.content_type))
         await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-        await send({"type": "http.response.body", "body": answer.body})
+        if answer.stream is None:
+            await send({"type": "http.response.body", "body": answer.body})
+            return
+        try:
+            await _send_pieces(answer.stream, receive, send)
+        finally:
+            await send({"type": "http.response.body", "body": b""})
 
     async def _answer(self, method: str, path: str, receive: Any) -> Answer:
         allowed: set[str] = set()
@@ -118,6 +137,33 @@ class Router:
             answer = error_answer(405, "Method Not Allowed")
             return Answer(answer.status, answer.body, _JSON, ((b"allow", allow.encode()),))
         return error_answer(404, "Not Found")
+
+
+async def _send_pieces(stream: AsyncIterator[bytes], receive: Any, send: Any) -> None:
+    """Send each piece of `stream` as it comes, until it ends or the client goes away (the
+    next ASGI message after the body is the disconnect): then the stream is closed, which is
+    how its producer learns that nobody listens any more."""
+    gone = asyncio.ensure_future(receive())
+    pieces = stream.__aiter__()
+    try:
+        while True:
+            piece = asyncio.ensure_future(pieces.__anext__())
+            await asyncio.wait({piece, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not piece.done():
+                piece.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await piece
+                return
+            try:
+                data = piece.result()
+            except StopAsyncIteration:
+                return
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+    finally:
+        gone.cancel()
+        aclose = getattr(pieces, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 async def read_body(receive: Any) -> bytes:

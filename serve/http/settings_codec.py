@@ -15,6 +15,8 @@ LIST_SETTINGS = frozenset({"trace_level"})
 
 
 def trace_update(body: dict[str, Any]) -> dict[str, list[str] | None]:
+    """A trace settings body as the DataPlane's update: each setting's values as strings, None to
+    clear it; ServeError (invalid) naming a setting of another type."""
     update: dict[str, list[str] | None] = {}
     for name, value in body.items():
         if value is None:
@@ -34,6 +36,8 @@ def trace_update(body: dict[str, Any]) -> dict[str, list[str] | None]:
 
 
 def trace_response(setting: dict[str, list[str]]) -> dict[str, str | list[str]]:
+    """The DataPlane's trace settings as Triton's HTTP JSON: a string per setting ("" when it has no
+    value), a list for trace_level."""
     return {
         name: values if name in LIST_SETTINGS else (values[0] if values else "")
         for name, values in setting.items()

@@ -14,6 +14,8 @@ from serve.custom_metrics import CustomMetrics, FamilyView
 
 
 class CustomMetricsCollector:
+    """A prometheus_client collector that reads the models' families afresh at every scrape."""
+
     def __init__(self, metrics: CustomMetrics) -> None:
         self._metrics = metrics
 

@@ -8,11 +8,13 @@ from typing import Any
 from prometheus_client.registry import CollectorRegistry
 
 from serve.custom_metrics import CustomMetrics
+from serve.metrics.cache import CacheCollector
 from serve.metrics.custom import CustomMetricsCollector
 from serve.metrics.exposition import CONTENT_TYPE, render
 from serve.metrics.gpu import open_gpu_collector
 from serve.metrics.inference import InferenceCollector, ModelSource
 from serve.metrics.system import CpuCollector
+from serve.model.response_cache import ResponseCache
 
 METRICS_PATH = "/metrics"
 
@@ -45,15 +47,18 @@ class MetricsApp:
 def build_metrics_app(
     models: Callable[[], Iterable[ModelSource]],
     custom: CustomMetrics | None = None,
+    cache: ResponseCache | None = None,
     *,
     cpu: bool = True,
     gpu: bool = True,
 ) -> MetricsApp:
-    """Inference metrics over the loaded model versions `models()` returns, CPU metrics (unless
-    `cpu` is false), GPU metrics when NVML finds a GPU (unless `gpu` is false), and the custom
-    metrics python models define, after them."""
+    """Inference metrics over the loaded model versions `models()` returns, the response
+    cache's when there is one, CPU metrics (unless `cpu` is false), GPU metrics when NVML finds
+    a GPU (unless `gpu` is false), and the custom metrics python models define, after them."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InferenceCollector(models))
+    if cache is not None:
+        registry.register(CacheCollector(cache))
     if cpu:
         registry.register(CpuCollector())
     gpus = open_gpu_collector() if gpu else None

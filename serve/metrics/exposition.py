@@ -30,6 +30,7 @@ def _label_order(item: tuple[str, str]) -> tuple[bool, str]:
 
 
 def render(families: Iterable[Metric]) -> bytes:
+    """`families` in the text format, counters under their own names (no `_total`); b"" for none."""
     lines: list[str] = []
     for family in families:
         kind = "untyped" if family.type == "unknown" else family.type

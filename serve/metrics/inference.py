@@ -104,6 +104,30 @@ _FAMILIES = (
         _one(lambda m: _us(m.stats.compute_output.ns)),
     ),
     _Family(
+        "nv_cache_num_hits_per_model",
+        "Number of cache hits per model",
+        "counter",
+        _one(lambda m: m.stats.cache_hit.count),
+    ),
+    _Family(
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        "counter",
+        _one(lambda m: _us(m.stats.cache_hit.ns)),
+    ),
+    _Family(
+        "nv_cache_num_misses_per_model",
+        "Number of cache misses per model",
+        "counter",
+        _one(lambda m: m.stats.cache_miss.count),
+    ),
+    _Family(
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        "counter",
+        _one(lambda m: _us(m.stats.cache_miss.ns)),
+    ),
+    _Family(
         "nv_inference_pending_request_count",
         "Instantaneous number of pending requests awaiting execution per-model.",
         "gauge",

@@ -13,6 +13,7 @@ from serve.config.ensemble import check_ensemble_steps
 from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.model.classification import Labels, read_labels
+from serve.model.response_cache import CachedModel, ResponseCache
 from serve.model.served import ResponseCallback, ServedModel, StreamCallback
 from serve.model.tensors import TensorChecker
 from serve.scheduler.ensemble import EnsembleScheduler
@@ -23,6 +24,9 @@ Resolver = Callable[[str, str], ServedModel]
 
 
 class EnsembleVersion:
+    """An ensemble as the repository serves it (a `ServedModel`): runs no instances of its own, each
+    request goes through its steps on the composing models' schedulers. Never decoupled."""
+
     decoupled = False
 
     def __init__(
@@ -32,6 +36,7 @@ class EnsembleVersion:
         model_dir: Path,
         resolve: Resolver,
         labels: Mapping[str, Labels] | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -41,6 +46,10 @@ class EnsembleVersion:
         self.checker = TensorChecker(config, str(version), labels)
         self.scheduler = EnsembleScheduler(config, resolve, self.stats)
         self._resolve = resolve
+        # The server's response cache, where this ensemble enables it.
+        self.cache = (
+            None if cache is None else CachedModel(cache, self.name, str(version), self.stats)
+        )
 
     @property
     def pending_requests(self) -> int:
@@ -64,12 +73,14 @@ class EnsembleVersion:
     def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
         """Validate (raising ServeError) and run; `on_done` gets the response or an error."""
         self.checker.check_request(request)
-        checker = self.checker
-        if request.requested_outputs is None:
-            wanted = list(checker.outputs)
-        else:
-            wanted = list(dict.fromkeys(o.name for o in request.requested_outputs))
-        self.scheduler.enqueue(request, wanted, checker.responder(request, on_done))
+        wanted = self.checker.wanted_outputs(request)
+        respond = self.checker.responder(request, on_done)
+        if self.cache is None:
+            self.scheduler.enqueue(request, wanted, respond)
+            return
+        self.cache.submit(
+            request, wanted, respond, lambda done: self.scheduler.enqueue(request, wanted, done)
+        )
 
     def submit_stream(self, request: InferRequest, on_response: StreamCallback) -> None:
         self.submit(request, lambda result: on_response(result, True))
@@ -79,7 +90,11 @@ class EnsembleVersion:
 
 
 async def load_ensemble_version(
-    config: mc.ModelConfig, version: int, model_dir: Path, resolve: Resolver
+    config: mc.ModelConfig,
+    version: int,
+    model_dir: Path,
+    resolve: Resolver,
+    cache: ResponseCache | None = None,
 ) -> EnsembleVersion:
     """Check every step against its composing model's config (they are loaded first), then
     build the ensemble; ServeError naming the step when a composing model is missing."""
@@ -98,4 +113,5 @@ async def load_ensemble_version(
         config, composing, lambda field, message: ServeError.invalid(f"{field}: {message}")
     )
     labels = await asyncio.to_thread(read_labels, config, model_dir)
-    return EnsembleVersion(config, version, model_dir, resolve, labels)
+    enabled = cache if config.response_cache.enable else None
+    return EnsembleVersion(config, version, model_dir, resolve, labels, enabled)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -16,12 +16,14 @@ from serve.custom_metrics import CustomMetrics
 from serve.errors import ServeError
 from serve.model.classification import read_labels
 from serve.model.model_version import ModelVersion
+from serve.model.response_cache import ResponseCache
 from serve.model.warmup import run_warmup
 from serve.platform import ServingPlatform, detect_platform
 from serve.scheduler.base import Scheduler
 from serve.scheduler.dynamic_batcher import DynamicBatcher
 from serve.scheduler.instance_worker import InstanceWorker
 from serve.scheduler.queue_policy import BatchingPolicy
+from serve.scheduler.rate_limiter import InstanceNeeds, RateLimiter
 from serve.scheduler.sequence_batcher import SequenceBatcher
 from serve.scheduler.sequence_inputs import SequenceInputs
 from serve.scheduler.statistics import ModelStatistics
@@ -31,9 +33,13 @@ log = logging.getLogger("serve.loader")
 
 @dataclass(frozen=True, slots=True)
 class PlannedInstance:
+    """One instance to create: its name (Triton's `<group>_<index>`), the kind it really runs on
+    (KIND_AUTO resolved) and its GPU."""
+
     name: str
     kind: str
     device_id: int
+    group: mc.ModelInstanceGroup = field(default_factory=mc.ModelInstanceGroup)
 
 
 def plan_instances(
@@ -66,7 +72,8 @@ def plan_instances(
         count = group.count or backend.default_instance_count(kind)
         placed = [device for device in devices for _ in range(count)]
         planned += [
-            PlannedInstance(f"{group_name}_{i}", kind, device) for i, device in enumerate(placed)
+            PlannedInstance(f"{group_name}_{i}", kind, device, group)
+            for i, device in enumerate(placed)
         ]
     return planned
 
@@ -83,6 +90,8 @@ def _group_devices(group: mc.ModelInstanceGroup, visible: Sequence[int], where: 
 
 
 def model_file(config: mc.ModelConfig, model_dir: Path, version: int, backend: Backend) -> Path:
+    """Where version `version`'s model file is: the config's `default_model_filename`, else the
+    backend's, in the version's folder. Not checked to exist."""
     filename = config.default_model_filename or backend.default_model_filename
     return model_dir / str(version) / filename
 
@@ -93,6 +102,8 @@ class ServerServices:
 
     model_calls: ModelCalls | None = None
     custom_metrics: CustomMetrics | None = None
+    response_cache: ResponseCache | None = None  # --cache-config; used where a model enables it
+    rate_limiter: RateLimiter | None = None  # --rate-limit; instances hold their resources
 
 
 async def load_model_version(
@@ -136,7 +147,13 @@ async def load_model_version(
             instance = backend.create_instance(context)
             instances.append(instance)
             await asyncio.to_thread(instance.load)
-            workers.append(InstanceWorker(instance, loop))
+            worker = InstanceWorker(instance, loop)
+            limiter = services.rate_limiter
+            if limiter is not None and limiter.enabled:
+                needs = InstanceNeeds.of(planned.group, planned.device_id)
+                limiter.admit(needs)
+                worker.limits = (limiter, needs)
+            workers.append(worker)
         if config.model_warmup:
             await asyncio.to_thread(run_warmup, config, model_dir, workers)
     except BaseException:
@@ -151,4 +168,5 @@ async def load_model_version(
         batcher = SequenceBatcher(config, sequence_inputs, workers, stats, loop)
     else:
         batcher = DynamicBatcher(BatchingPolicy.from_config(config), workers, stats, loop)
-    return ModelVersion(config, version, model_dir, workers, batcher, stats, labels)
+    cache = services.response_cache if config.response_cache.enable else None
+    return ModelVersion(config, version, model_dir, workers, batcher, stats, labels, cache)

@@ -12,6 +12,7 @@ from serve.backends.base import RequestResult
 from serve.errors import ServeError
 from serve.inference import InferRequest, InferResponse
 from serve.model.classification import Labels
+from serve.model.response_cache import CachedModel, ResponseCache
 from serve.model.served import ResponseCallback, StreamCallback
 from serve.model.tensors import TensorChecker
 from serve.scheduler.base import Scheduler
@@ -20,6 +21,9 @@ from serve.scheduler.statistics import ModelStatistics
 
 
 class ModelVersion:
+    """A version run by a backend (a `ServedModel`): its instances' workers, the scheduler that
+    batches for them, its statistics, and the response cache where it enables one."""
+
     def __init__(
         self,
         config: mc.ModelConfig,
@@ -29,6 +33,7 @@ class ModelVersion:
         batcher: Scheduler,
         stats: ModelStatistics,
         labels: Mapping[str, Labels] | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -39,6 +44,8 @@ class ModelVersion:
         self.stats = stats
         self.checker = TensorChecker(config, str(version), labels)
         self.decoupled = config.model_transaction_policy.decoupled
+        # The server's response cache, where this model enables it.
+        self.cache = None if cache is None else CachedModel(cache, self.name, str(version), stats)
 
     @property
     def pending_requests(self) -> int:
@@ -53,7 +60,14 @@ class ModelVersion:
     def submit(self, request: InferRequest, on_done: ResponseCallback) -> None:
         """Validate (raising ServeError) and queue; `on_done` gets the response or an error."""
         self.checker.check_request(request)
-        self.batcher.enqueue(request, self.checker.responder(request, on_done))
+        respond = self.checker.responder(request, on_done)
+        if self.cache is None:
+            self.batcher.enqueue(request, respond)
+            return
+        wanted = self.checker.wanted_outputs(request)
+        self.cache.submit(
+            request, wanted, respond, lambda done: self.batcher.enqueue(request, done)
+        )
 
     def submit_stream(self, request: InferRequest, on_response: StreamCallback) -> None:
         """Validate (raising ServeError) and queue a decoupled model's request: `on_response`

@@ -18,6 +18,9 @@ StreamCallback = Callable[[InferResponse | ServeError | None, bool], None]
 
 
 class ServedModel(Protocol):
+    """What the repository and the DataPlane need of a loaded version, whichever kind it is: its
+    config, statistics, readiness, request submission and unloading."""
+
     config: mc.ModelConfig
     name: str
     version: int

@@ -22,6 +22,10 @@ from serve.model.classification import (
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
+    """An input or output of the config as requests are checked against it: its wire datatype, its
+    dims without the batch dimension (-1 where variable), its reshape and whether it is
+    optional."""
+
     name: str
     datatype: str  # wire name
     dims: tuple[int, ...]  # without the batch dimension
@@ -153,6 +157,12 @@ class TensorChecker:
             on_done(response)
 
         return finish
+
+    def wanted_outputs(self, request: InferRequest) -> list[str]:
+        """The outputs `request` is answered with: those it asks for (each once), or all."""
+        if request.requested_outputs is None:
+            return list(self.outputs)
+        return list(dict.fromkeys(o.name for o in request.requested_outputs))
 
     def make_response(
         self, request: InferRequest, produced: dict[str, np.ndarray]

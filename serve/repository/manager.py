@@ -343,7 +343,9 @@ class ModelRepository:
         self, config: mc.ModelConfig, version: int, model_dir: Path
     ) -> ServedModel:
         if is_ensemble(config):
-            return await load_ensemble_version(config, version, model_dir, self.get)
+            return await load_ensemble_version(
+                config, version, model_dir, self.get, self.services.response_cache
+            )
         return await load_model_version(config, version, model_dir, model_dir.parent, self.services)
 
     async def _load_composing(self, config: mc.ModelConfig, callers: tuple[str, ...]) -> None:

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from common.invariant import InvariantError, present
 from serve.backends.base import BatchTimes, RequestResult
 from serve.backends.batching import batch_rows
 from serve.errors import ServeError
@@ -55,6 +56,10 @@ def _signature(request: InferRequest) -> tuple[object, ...]:
 
 
 class DynamicBatcher:
+    """The scheduler of a model version without sequence batching (and of each lane of strategy
+    oldest) over its instances' workers: `enqueue` a validated request, `close` at unload. Used
+    on the event loop's thread only."""
+
     def __init__(
         self,
         policy: BatchingPolicy,
@@ -135,7 +140,26 @@ class DynamicBatcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            self._dispatch(batch)
+            worker = self._take_worker()
+            if worker is None:
+                return  # the rate limiter calls _schedule again when resources come free
+            self._dispatch(batch, worker)
+
+    def _take_worker(self) -> InstanceWorker | None:
+        """An idle instance to run the next batch; under a rate limiter, one whose resources
+        it could take (None: it waits for a release, its batch still queued)."""
+        limits = self._idle[-1].limits
+        if limits is None:
+            return self._idle.pop()
+        limiter = limits[0]
+        holders = [(worker, worker.limits[1]) for worker in self._idle if worker.limits]
+        chosen = limiter.acquire(holders)
+        if chosen is None:
+            limiter.wait(self._schedule, limiter.chances(holders))
+            return None
+        worker = next(w for w in self._idle if w is chosen)
+        self._idle.remove(worker)
+        return worker
 
     def _next_batch(self) -> list[_Pending] | None:
         """The batch to send now, or None to wait (with a timer or loop pass arranged)."""
@@ -172,8 +196,7 @@ class DynamicBatcher:
             if rows >= policy.max_batch_size:
                 cannot_grow = True
                 break
-        assert oldest is not None
-        waited = time.monotonic_ns() - oldest
+        waited = time.monotonic_ns() - present(oldest, "a batch is formed from queued requests")
         expired = self._force_dispatch or (self._delay_ns > 0 and waited >= self._delay_ns)
         # A preferred size goes out as such, delay or not, until the delay expires (Triton).
         if preferred_cut and not expired:
@@ -200,13 +223,13 @@ class DynamicBatcher:
         self._timer = None
         self._schedule()
 
-    def _dispatch(self, batch: list[_Pending]) -> None:
-        worker = self._idle.pop()
+    def _dispatch(self, batch: list[_Pending], worker: InstanceWorker) -> None:
         now = time.monotonic_ns()
         for pending in batch:
             queue = self._delayed if pending.level < 0 else self._queues[pending.level]
             removed = queue.popleft()
-            assert removed is pending, "batches are taken from the front of the queues"
+            if removed is not pending:
+                raise InvariantError("batches are taken from the front of the queues")
             pending.queued = False
             pending.dispatch_ns = now
             if pending.timer is not None:
@@ -224,6 +247,8 @@ class DynamicBatcher:
     ) -> None:
         self._idle.append(worker)
         self._in_flight -= 1
+        if worker.limits is not None:
+            worker.limits[0].release(worker.limits[1])  # waiting instances first, by priority
         self._schedule()  # keep the instance busy before spending time on responses
         now = time.monotonic_ns()
         self._stats.record_execution(

@@ -46,6 +46,9 @@ Resolver = Callable[[str, str], StepModel]
 
 @dataclass(frozen=True, slots=True)
 class Step:
+    """One step of an ensemble: its composing model and version, the ensemble tensor that feeds each
+    of its inputs and the one each of its outputs becomes."""
+
     label: str  # "ensemble_scheduling.step[0] (model 'x')"
     model_name: str
     model_version: str  # "" = the latest ready version
@@ -54,6 +57,8 @@ class Step:
 
 
 def plan_steps(config: mc.ModelConfig) -> list[Step]:
+    """The ensemble's steps in config order, as the scheduler runs them; the config was checked
+    before (`serve.config.ensemble`)."""
     return [
         Step(
             label=step_name(index, step),
@@ -107,6 +112,9 @@ class _Run:
 
 
 class EnsembleScheduler:
+    """One ensemble version's scheduler (see above): `enqueue` a validated request, `close` at
+    unload. Used on the event loop's thread only."""
+
     def __init__(
         self,
         config: mc.ModelConfig,

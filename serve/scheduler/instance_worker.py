@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from serve.backends.base import BatchTimes, ModelInstance, RequestResult, Rescheduled
 from serve.errors import ServeError
 from serve.inference import InferRequest
+from serve.scheduler.rate_limiter import InstanceNeeds, RateLimiter
 
 BatchDone = Callable[["InstanceWorker", list[RequestResult], BatchTimes], None]
 
@@ -40,6 +41,9 @@ class InstanceWorker:
         # Set by a scheduler that runs rescheduled requests again (iterative sequences); for
         # any other, a Rescheduled result becomes the plain error it carries.
         self.reschedules = False
+        # Set where the server rate-limits (--rate-limit execution_count): the limiter and what
+        # this instance holds while it executes; schedulers acquire it before each batch.
+        self.limits: tuple[RateLimiter, InstanceNeeds] | None = None
 
     @property
     def busy(self) -> bool:

@@ -9,6 +9,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 @dataclass(frozen=True, slots=True)
 class QueuePolicy:
+    """One priority level's queue policy (Triton's ModelQueuePolicy); the defaults are
+    dynamic_batching's with no policy given: unbounded, no timeout, REJECT."""
+
     max_queue_size: int = 0  # 0: unbounded
     default_timeout_us: int = 0  # 0: no timeout
     allow_timeout_override: bool = False

@@ -62,6 +62,9 @@ def _oldest_policy(config: mc.ModelConfig) -> BatchingPolicy:
 
 
 class SequenceBatcher:
+    """One stateful model version's scheduler (see above), with one lane per instance running the
+    sequences bound to its slots. Used on the event loop's thread only."""
+
     def __init__(
         self,
         config: mc.ModelConfig,

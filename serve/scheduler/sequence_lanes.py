@@ -80,6 +80,9 @@ def _zeros(array: np.ndarray) -> np.ndarray:
 
 
 class DirectLane:
+    """One instance's lane with strategy direct (see above). `wake` is called when a slot's queue
+    may have a request to run."""
+
     def __init__(
         self,
         owner: LaneOwner,
@@ -200,6 +203,9 @@ class DirectLane:
 
 
 class OldestLane:
+    """One instance's lane with strategy oldest (see above): the candidate sequences' next requests
+    batched by a `DynamicBatcher` over this one instance."""
+
     def __init__(
         self,
         owner: LaneOwner,

@@ -17,6 +17,8 @@ _UINT64_MAX = (1 << 64) - 1
 
 @dataclass(frozen=True, slots=True)
 class SequenceFlags:
+    """A request's sequence id and whether it starts or ends its sequence (`sequence_flags`)."""
+
     id: SequenceId  # a non-zero number or a non-empty string
     start: bool
     end: bool

@@ -44,6 +44,10 @@ class _Backlog(Generic[T]):
 
 
 class SlotTable(Generic[T]):
+    """The slots of one model version's instances and the backlog (see above): `route` queues a
+    request on its sequence's slot or in the backlog, `release` frees a slot for the backlog's
+    oldest sequence."""
+
     def __init__(self, model: str, instances: int, slots_per_instance: int) -> None:
         self._model = model
         self.slots: list[list[Slot[T]]] = [

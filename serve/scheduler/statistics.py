@@ -35,6 +35,9 @@ class TimedRequest(Protocol):
 
 @dataclass(slots=True)
 class Duration:
+    """A count and the total nanoseconds of its occurrences, as Triton's statistics report each
+    duration."""
+
     count: int = 0
     ns: int = 0
 
@@ -48,6 +51,9 @@ class Duration:
 
 @dataclass(slots=True)
 class BatchSizeStats:
+    """The compute durations of the batches of one size (Triton's batch_stats entry for that batch
+    size)."""
+
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
@@ -119,6 +125,14 @@ class ModelStatistics:
                 request.on_stats(timed.dispatch_ns - timed.enqueue_ns, times)
         if succeeded:
             self.record_successes(succeeded, success_ns, queue_ns, times)
+
+    def record_cache_hit(self, total_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success that neither queued nor ran
+        (Triton counts it in success and queue, never in the inference or execution counts)."""
+        self.success.add(total_ns)
+        self.queue.add(0)
+        self.cache_hit.add(lookup_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_failure(self, total_ns: int, reason: FailureReason) -> None:
         self.fail.add(total_ns)

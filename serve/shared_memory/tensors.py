@@ -68,6 +68,8 @@ def output_region(parameters: Mapping[str, Any], name: str) -> RegionSlice | Non
 
 
 def uses_shared_memory(request: InferRequest) -> bool:
+    """Whether the request names a shared-memory region for any input or requested output (then
+    it must be bound to its regions before it runs)."""
     if request.region_inputs:
         return True
     outputs = request.requested_outputs

@@ -22,6 +22,9 @@ TraceSink = Callable[["RequestTrace"], None]
 
 
 class RequestTrace:
+    """The trace of one sampled request: its timestamps and (at level TENSORS) its tensors, written
+    as Triton's trace entries once the last holder releases it."""
+
     __slots__ = (
         "_holds",
         "_sink",

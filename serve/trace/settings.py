@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from common.invariant import InvariantError
 from serve.errors import ErrorKind, ServeError
 
 TIMESTAMPS = "TIMESTAMPS"
@@ -73,7 +74,8 @@ class TraceValues:
 
 
 DEFAULTS = TraceValues()
-assert {f.name for f in fields(TraceValues)} == set(SETTING_FIELDS.values())
+if {f.name for f in fields(TraceValues)} != set(SETTING_FIELDS.values()):
+    raise InvariantError("every trace setting is a field of TraceValues, and only those")
 
 
 def parse_update(update: Update) -> dict[str, Any]:

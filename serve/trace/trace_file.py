@@ -19,6 +19,9 @@ log = logging.getLogger("serve.trace")
 
 
 class TraceFile:
+    """Where the traces set to one file go: `append` grows the main file's array, `write_indexed`
+    writes the next numbered file; each write replaces its file atomically."""
+
     def __init__(self, path: str) -> None:
         self.path = Path(path)
         self._index = 0

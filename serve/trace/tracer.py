@@ -80,6 +80,9 @@ class LiveSetting:
 
 
 class Tracer:
+    """The server's trace settings (global and per model, Triton's trace extension) and the sampling
+    of requests under them; `active` tells the serving path whether any setting traces."""
+
     def __init__(self, defaults: TraceValues = DEFAULTS) -> None:
         self._defaults = defaults
         self._global_overrides: dict[str, Any] = {}

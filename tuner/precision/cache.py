@@ -34,6 +34,7 @@ _CHUNK = 1 << 20
 
 
 def file_sha256(path: Path) -> str:
+    """SHA-256 of one file's bytes, as hex (read in chunks: model files can be large)."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         while chunk := handle.read(_CHUNK):
@@ -79,12 +80,17 @@ class VariantKey:
 
 @dataclass(frozen=True, slots=True)
 class CacheResult:
+    """Where a variant is, and whether this call built it."""
+
     path: Path
     cached: bool  # True when the file existed (no build happened in this call)
     seconds: float  # time spent building (0 when cached)
 
 
 class VariantCache:
+    """The variant files under `root`, one per `VariantKey` (see the module docstring);
+    safe to share between processes."""
+
     def __init__(self, root: Path = DEFAULT_CACHE_DIR) -> None:
         self.root = Path(root)
 

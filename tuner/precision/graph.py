@@ -40,6 +40,8 @@ _FLOAT_TYPES = frozenset(
 
 
 class Int8Method(StrEnum):
+    """How an int8 variant is quantized: static (QDQ, calibrated) or dynamic (ranges per run)."""
+
     STATIC = "static"
     DYNAMIC = "dynamic"
 
@@ -56,6 +58,7 @@ class GraphSummary:
 
 
 def summarize(model: onnx.ModelProto) -> GraphSummary:
+    """The summary of a loaded graph, subgraphs included."""
     counts: Counter[str] = Counter()
     has_float = False
     for graph in _graphs(model.graph):
@@ -91,6 +94,8 @@ def choose_int8_method(summary: GraphSummary) -> Int8Method:
 
 
 def require_float(summary: GraphSummary, precision: str) -> None:
+    """PrecisionError when the graph computes nothing in floating point: a `precision`
+    variant would be the same model."""
     if not summary.has_float:
         raise PrecisionError(
             f"the graph computes no floating-point tensors: a {precision} variant would change"

@@ -30,6 +30,8 @@ RELATIVE_ERROR_FLOOR = 0.01
 
 
 class Metric(StrEnum):
+    """The accuracy metric of an output; the values are the names the reports show."""
+
     TOP1 = "top1_agreement"
     COSINE = "cosine_similarity"
     MAX_RELATIVE_ERROR = "max_relative_error"
@@ -46,6 +48,9 @@ class OutputSpec:
 
 @dataclass(frozen=True, slots=True)
 class Score:
+    """One output's accuracy: the metric's value and its `drop` (0 identical, larger worse),
+    compared with the accuracy limit."""
+
     metric: Metric
     value: float
     drop: float
@@ -86,6 +91,8 @@ def score(
 
 
 def top1_agreement(reference: np.ndarray, candidate: np.ndarray, classes: int) -> Score:
+    """Share of predictions (the argmax of each run of `classes` values: the class axis last)
+    that match FP32's."""
     ref = reference.reshape(-1, classes).argmax(axis=1)
     cand = candidate.reshape(-1, classes).argmax(axis=1)
     value = float(np.mean(ref == cand))
@@ -93,6 +100,8 @@ def top1_agreement(reference: np.ndarray, candidate: np.ndarray, classes: int) -
 
 
 def cosine_similarity(reference: np.ndarray, candidate: np.ndarray) -> Score:
+    """Mean cosine similarity per row (two all-zero rows count as 1, one as 0); the detail
+    gives the minimum."""
     rows = reference.shape[0] if reference.ndim else 1
     ref = reference.reshape(rows, -1).astype(np.float64)
     cand = candidate.reshape(rows, -1).astype(np.float64)
@@ -107,6 +116,8 @@ def cosine_similarity(reference: np.ndarray, candidate: np.ndarray) -> Score:
 
 
 def max_relative_error(reference: np.ndarray, candidate: np.ndarray) -> Score:
+    """The largest |candidate - reference| relative to |reference|, floored at
+    `RELATIVE_ERROR_FLOOR` of the output's peak; where FP32 is not finite, ignored."""
     ref = reference.astype(np.float64)
     cand = candidate.astype(np.float64)
     finite = np.isfinite(ref)

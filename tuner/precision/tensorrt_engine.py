@@ -34,6 +34,8 @@ Shape = tuple[int, ...]
 
 @dataclass(frozen=True, slots=True)
 class InputProfile:
+    """One input's shapes in the engine's optimization profile (batch dim included)."""
+
     name: str
     min: Shape
     opt: Shape

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from common.invariant import InvariantError
 from serve.api import ServeError, gpu_unavailable_reason, open_torchscript
 from tuner.precision.accuracy import Outputs, collect_outputs
 from tuner.precision.errors import PrecisionError
@@ -67,6 +68,8 @@ class Cast(torch.nn.Module):
 
 
 def is_torchscript_model(config: mc.ModelConfig, model_path: Path) -> bool:
+    """Whether the variants of this model are TorchScript casts: a .pt / .pth file served by
+    the pytorch backend (or a TorchScript platform)."""
     return Path(model_path).suffix.lower() in (".pt", ".pth") and (
         config.backend == "pytorch" or config.platform in TORCHSCRIPT_PLATFORMS
     )
@@ -95,7 +98,8 @@ def build_cast_module(source: Path, target: Path, precision: str) -> None:
         path = Path(scratch) / f"autotune_cast_{precision}.py"
         path.write_text(code)
         spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert spec is not None and spec.loader is not None
+        if spec is None or spec.loader is None:
+            raise InvariantError(f"a .py file imports as a module: {path}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = module
         try:

@@ -127,6 +127,8 @@ class PrecisionVariant:
 
 
 def is_onnx_model(config: mc.ModelConfig, model_path: Path) -> bool:
+    """Whether onnxruntime serves `model_path` under `config`: only such models get fp16,
+    int8 and TensorRT variants."""
     return (
         Path(model_path).suffix.lower() == ".onnx"
         and config.platform in ("", "onnxruntime_onnx")

@@ -21,11 +21,15 @@ COLUMNS = ("infer/s", "p50 ms", "p95 ms", "p99 ms", "concurrency", "trial", "con
 
 
 def print_run(summaries: Sequence[RunSummary], console: Console) -> None:
+    """Every model's summary of a run, in order (`autotune report`)."""
     for summary in summaries:
         print_summary(summary, console)
 
 
 def print_summary(summary: RunSummary, console: Console) -> None:
+    """One model's summary, at the end of a live run as in `autotune report`: the as-written
+    and best trials, the re-measure, the group table, the ratio, the changed fields, the
+    precision verdicts and what was written."""
     trials = summary.trials
     feasible = sum(t.feasible for t in trials)
     budget = summary.budget.describe()

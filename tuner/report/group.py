@@ -18,6 +18,8 @@ from tuner.run_schema import RunSummary
 
 @dataclass(frozen=True, slots=True)
 class GroupCell:
+    """One cell of a group table, as the terminal and the HTML report each show it."""
+
     console: str  # plain text for the terminal
     html: Cell
 
@@ -69,6 +71,7 @@ def code_cell(name: str) -> GroupCell:
 
 
 def text_cell(text: str) -> GroupCell:
+    """The same plain text in the terminal and in HTML."""
     return GroupCell(text, Cell(text))
 
 
@@ -81,6 +84,7 @@ def number_cell(value: float | None, digits: int, scale: float = 1.0) -> GroupCe
 
 
 def finite(value: float | None) -> float | None:
+    """`value` when it is a finite number, else None (shown as missing)."""
     return value if value is not None and math.isfinite(value) else None
 
 

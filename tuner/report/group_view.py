@@ -9,4 +9,5 @@ from tuner.run_schema import RunSummary
 
 
 def group_table(summary: RunSummary) -> GroupTable | None:
+    """The summary's group table: a traffic mix's or a pipeline's; None for a single model."""
     return mix_table(summary) or pipeline_table(summary)

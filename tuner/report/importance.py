@@ -40,6 +40,8 @@ def study_importances(folder: Path, study_name: str) -> Importances:
 
 
 def importances(study: optuna.Study) -> Importances:
+    """Rank the study's parameters from its completed trials; empty with the reason when
+    there are too few trials, they all gave the same throughput, or optuna cannot rank them."""
     completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     count = len(completed)
     if count < MIN_COMPLETED_TRIALS:

@@ -17,6 +17,8 @@ MIX_PREFIX = "mix."  # as tuner.mix_evaluate.mix_metric names them
 
 @dataclass(frozen=True, slots=True)
 class MixModelView:
+    """One model's row in the mix table (None: no best, or no figure for it)."""
+
     model: str
     share: float
     best: str  # the model's part of the best configuration ("" when none was found)

@@ -18,18 +18,15 @@ STEP_PREFIX = "step."  # as tuner.evaluate.step_metrics names them
 
 @dataclass(frozen=True, slots=True)
 class StepShare:
+    """One step's row in the pipeline table: its server-side time per request and its share
+    of the end-to-end latency (None where the best trial has no breakdown of it)."""
+
     index: int
     model: str
     best: str  # the step's part of the best configuration ("" when none was found)
     queue_us: float | None
     compute_us: float | None
     share: float | None  # (queue + compute) / end-to-end average latency
-
-    @property
-    def server_us(self) -> float | None:
-        if self.queue_us is None or self.compute_us is None:
-            return None
-        return self.queue_us + self.compute_us
 
 
 def step_shares(summary: RunSummary) -> list[StepShare]:

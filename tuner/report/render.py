@@ -36,6 +36,8 @@ def render_run_report(report_dir: Path, output: Path | None = None) -> Path:
 def write_run_report(
     summaries: Sequence[ModelSummary], report_dir: Path, output: Path | None = None
 ) -> Path:
+    """Write the page for `summaries` to `output` (default `report_dir`/report.html)
+    atomically, readable by all, and return its path."""
     path = output if output is not None else report_dir / REPORT_FILE
     write_text_atomic(path, run_page(summaries, report_dir))
     path.chmod(0o644)  # a file to share; the atomic write's temporary file is private
@@ -43,6 +45,8 @@ def write_run_report(
 
 
 def run_page(summaries: Sequence[ModelSummary], report_dir: Path) -> str:
+    """The report's HTML: one group of sections per model, under the models' names, the
+    run's folder and when the page was made."""
     models = ", ".join(s.model for s in summaries)
     page = HtmlPage(
         f"autotune report: {models}",

@@ -17,6 +17,9 @@ from serve.backends.python.loader import describe, import_model_class
 
 
 def run(model_file: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The model class's `auto_complete_config` applied to `config` (Triton's JSON form):
+    `{"recorded": ...}`, what the model set, or `{"error": ...}` when importing or calling it failed
+    (the traceback goes to stderr)."""
     helper = pb_utils.ModelConfig(config)
     try:
         model_class = import_model_class(model_file)
@@ -32,6 +35,8 @@ def run(model_file: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The process's entry point: `argv` (or sys.argv) is the model file and the result file; the
+    config comes on stdin. Always 0: a failure is reported in the result file."""
     model_file, result_file = sys.argv[1:] if argv is None else argv
     result = run(Path(model_file), json.loads(sys.stdin.read() or "{}"))
     Path(result_file).write_text(json.dumps(result))

@@ -14,6 +14,9 @@ from serve.platform import ServingPlatform
 
 
 class PythonBackend(Backend):
+    """Triton python models: the config completed by the model's own `auto_complete_config` (in a
+    child process), each instance a stub process."""
+
     name = "python"
     default_model_filename = "model.py"
 

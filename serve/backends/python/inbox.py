@@ -26,6 +26,9 @@ Receive = Callable[[float | None], Any]
 
 
 class Inbox:
+    """Messages of one channel, by key, to the threads that wait for them; whichever thread waits
+    reads (see above). `route` handles what no one waits for, on the reading thread."""
+
     def __init__(self, receive: Receive, route: Route) -> None:
         self._receive = receive
         self._route = route

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from common.invariant import present
 from protocol.proto_json import message_to_json
 from serve.backends.base import (
     BatchTimes,
@@ -387,8 +388,7 @@ class PythonModelInstance(ModelInstance):
     def _round_trip(
         self, stub: StubProcess, requests: Sequence[InferRequest], times: BatchTimes
     ) -> list[RequestResult]:
-        inbox = self._inbox
-        assert inbox is not None
+        inbox = present(self._inbox, "a stub executes only once started")
         try:
             batch = self._send_batch(stub, requests, times)
             reply = inbox.wait(CONTROL)

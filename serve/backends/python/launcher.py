@@ -27,6 +27,7 @@ import threading
 import time
 from concurrent.futures import Future
 
+from common.invariant import present
 from serve.backends.python.environment import child_env
 from serve.backends.python.launcher_main import EXITED, FORKED, REPLY, REQUEST
 
@@ -81,8 +82,7 @@ class ForkedProcess:
                 self._pidfd = None
         if release:
             self._launcher.release(self)
-        assert self.returncode is not None
-        return self.returncode
+        return present(self.returncode, "a reaped stub has an exit code")
 
     def terminate(self) -> None:
         self._signal(signal.SIGTERM)

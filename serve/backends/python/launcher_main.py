@@ -28,6 +28,8 @@ FORKED, EXITED = b"F", b"E"
 
 
 def serve_launches(control: socket.socket) -> None:
+    """The launcher's loop: fork a stub for each launch on `control`, reap the children and report
+    both; returns when the server closes `control`."""
     from serve.backends.python import stub  # the point of this process: imported once
 
     wake_read, wake_write = os.pipe()
@@ -94,6 +96,8 @@ def _run_stub(main: object, fd: int, launcher_fds: tuple[socket.socket, int, int
 
 
 def main() -> int:
+    """The launcher's entry point (the control socket's fd in argv[1]); returns 0 once the server
+    has closed that socket."""
     # Ctrl-C reaches the whole process group; the server ends the launcher itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     control = socket.socket(fileno=int(sys.argv[1]))

@@ -9,6 +9,8 @@ import sys
 
 
 class LogLevel(enum.IntEnum):
+    """`pb_utils.LogLevel`: the levels `Logger.log` takes, with Triton's values."""
+
     INFO = 0
     WARNING = 1
     ERROR = 2

@@ -33,6 +33,7 @@ def install_services(services: StubServices | None) -> None:
 
 
 def services() -> StubServices:
+    """The services the stub installed; TritonModelException outside a stub (no server to call)."""
     if _SERVICES is None:
         raise TritonModelException(
             "this call needs the server: it only works inside a model the server runs"

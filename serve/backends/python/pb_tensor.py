@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from common.invariant import present
 from serve.backends.python.pb_errors import TritonModelException
 from serve.backends.python.pb_types import TRITONSERVER_TYPES, numpy_to_triton_type
 
@@ -57,9 +58,9 @@ class Tensor:
     def triton_dtype(self) -> int:
         if self._array is None:
             return self._gpu_dtype
-        number = numpy_to_triton_type(self._array.dtype)
-        assert number is not None  # checked at construction
-        return number
+        return present(
+            numpy_to_triton_type(self._array.dtype), "a tensor's dtype is checked at construction"
+        )
 
     def is_cpu(self) -> bool:
         """Whether the data lies in host memory (a GPU tensor from `from_dlpack` does not)."""

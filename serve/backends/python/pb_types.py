@@ -8,27 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from protocol.datatypes import WIRE_TO_NUMPY, wire_to_config
 from protocol.errors import ProtocolError
 from protocol.tensors import serialize_bytes_tensor, split_bytes_elements
 from serve.backends.python.pb_errors import TritonModelException
-
-# A model config's TYPE_* names -> numpy types, as Triton's module defines them (TYPE_BOOL is
-# Python's bool; TYPE_BF16 has no numpy type).
-TRITON_STRING_TO_NUMPY: dict[str, type] = {
-    "TYPE_BOOL": bool,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
 
 # TRITONSERVER_DataType numbers, as Tensor.triton_dtype() reports them.
 TRITONSERVER_TYPES: dict[str, int] = {
@@ -48,20 +31,15 @@ TRITONSERVER_TYPES: dict[str, int] = {
     "BF16": 14,
 }
 
+# A model config's TYPE_* names -> numpy types, as Triton's module defines them (TYPE_BOOL is
+# Python's bool; TYPE_BF16 has no numpy type): the protocol's table, read the module's way.
+TRITON_STRING_TO_NUMPY: dict[str, type] = {
+    wire_to_config(wire): bool if wire == "BOOL" else dtype.type
+    for wire, dtype in WIRE_TO_NUMPY.items()
+}
+
 _NUMBER_TO_NUMPY: dict[int, type] = {
-    1: np.bool_,
-    2: np.uint8,
-    3: np.uint16,
-    4: np.uint32,
-    5: np.uint64,
-    6: np.int8,
-    7: np.int16,
-    8: np.int32,
-    9: np.int64,
-    10: np.float16,
-    11: np.float32,
-    12: np.float64,
-    13: np.object_,
+    TRITONSERVER_TYPES[wire]: dtype.type for wire, dtype in WIRE_TO_NUMPY.items()
 }
 _NUMPY_TO_NUMBER: dict[np.dtype, int] = {np.dtype(t): n for n, t in _NUMBER_TO_NUMPY.items()}
 

@@ -447,6 +447,7 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
 
 def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
+    """Triton's `get_input_tensor_by_name`: the request's input `name`, None when it has none."""
     for tensor in request.inputs():
         if tensor.name() == name:
             return tensor
@@ -454,6 +455,7 @@ def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | N
 
 
 def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor | None:
+    """Triton's `get_output_tensor_by_name`: the response's output `name`, None when it has none."""
     for tensor in response.output_tensors():
         if tensor.name() == name:
             return tensor

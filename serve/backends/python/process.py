@@ -46,6 +46,8 @@ class StubTimeout(TimeoutError):
 
 
 def exit_description(pid: int, code: int) -> str:
+    """How stub `pid` ended, in words, from its exit code as subprocess reports it (negative: the
+    signal that killed it; LOST_EXIT_CODE: unknown, its launcher died first)."""
     if code == LOST_EXIT_CODE:
         return (
             f"stub process (pid {pid}) has ended; how is unknown (the launcher that forked it "

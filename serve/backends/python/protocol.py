@@ -38,6 +38,9 @@ class ArenaRef(NamedTuple):
 
 
 class TensorMeta(NamedTuple):
+    """A tensor in a message: where it sits in the arena, or its array inline in `data` (BYTES
+    tensors, and tensors of BLS calls and streamed responses)."""
+
     name: str
     dtype: str  # numpy dtype.str, native byte order ("<f4"); "|O" for BYTES
     shape: tuple[int, ...]
@@ -46,6 +49,8 @@ class TensorMeta(NamedTuple):
 
 
 class RequestMsg(NamedTuple):
+    """One request of a batch, as the model's `pb_utils.InferenceRequest` is built from it."""
+
     request_id: str
     correlation_id: int | str
     flags: int
@@ -56,6 +61,8 @@ class RequestMsg(NamedTuple):
 
 
 class ResponseMsg(NamedTuple):
+    """One response of the model: its outputs, or the error it carries."""
+
     outputs: list[TensorMeta]
     error: str | None = None
     error_code: int = 0  # a pb_utils.TritonError code
@@ -64,6 +71,8 @@ class ResponseMsg(NamedTuple):
 
 # server -> stub
 class Init(NamedTuple):
+    """Load the model file and call its `initialize`; answered with Ready or Failed."""
+
     model_file: str
     args: dict[str, str]  # initialize(args), as Triton gives it
     input_arena: ArenaRef  # attached at once, so the first batch pays no setup
@@ -71,6 +80,9 @@ class Init(NamedTuple):
 
 
 class Execute(NamedTuple):
+    """Run one batch with its inputs in `input_arena`, outputs to be written to `output_arena`;
+    answered with Results or BatchFailed (after Grow -> ArenaUpdate when the outputs do not fit)."""
+
     input_arena: ArenaRef
     output_arena: ArenaRef
     requests: list[RequestMsg]
@@ -84,6 +96,8 @@ class ArenaUpdate(NamedTuple):
 
 
 class Finalize(NamedTuple):
+    """Call the model's `finalize` and end; answered with Finalized."""
+
     pass
 
 
@@ -106,6 +120,8 @@ class CallReply(NamedTuple):
 
 # stub -> server
 class Ready(NamedTuple):
+    """The model loaded and initialized in stub process `pid`."""
+
     pid: int
     probes: bool = False  # the model defines is_ready(): ask it with Probe
 
@@ -119,6 +135,8 @@ class ProbeResult(NamedTuple):
 
 
 class Failed(NamedTuple):
+    """The model could not be loaded or initialized; `reason` names the stage and the error."""
+
     reason: str
 
 
@@ -129,6 +147,9 @@ class Grow(NamedTuple):
 
 
 class Results(NamedTuple):
+    """The batch's responses, one per request in order (none for a decoupled model, whose responses
+    come as Streamed)."""
+
     responses: list[ResponseMsg]
     inputs_retained: bool = False  # the model kept input arrays: replace the input arena
     # Requests (their index in the batch) the model released for rescheduling.
@@ -136,11 +157,15 @@ class Results(NamedTuple):
 
 
 class BatchFailed(NamedTuple):
+    """The model's `execute` raised: every request of the batch fails with `reason`."""
+
     reason: str
     inputs_retained: bool = False
 
 
 class Finalized(NamedTuple):
+    """The stub is about to exit; `error` says how `finalize` failed, None when it did not."""
+
     error: str | None = None
 
 

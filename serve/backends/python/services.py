@@ -32,6 +32,10 @@ def call_key(call_id: int) -> tuple[str, int]:
 
 
 class StubServices:
+    """The services a stub installs (`pb_services.StubServices`): each call is sent as a Call and
+    its answer waited for on the calling (model's) thread through the inbox; `infer_async` waits on
+    a small thread pool of its own instead."""
+
     def __init__(self, channel: Channel, inbox: Inbox) -> None:
         self._channel = channel
         self._inbox = inbox

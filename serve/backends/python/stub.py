@@ -454,6 +454,8 @@ async def _bounded(awaitable: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The stub's entry point (its socket's fd in argv[1]): serves the conversation until Finalize
+    or the server goes away, then returns 0."""
     args = sys.argv[1:] if argv is None else argv
     # Ctrl-C reaches the whole process group; the server unloads its stubs itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

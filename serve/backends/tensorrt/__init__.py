@@ -16,6 +16,9 @@ from serve.platform import ServingPlatform, detect_platform
 
 
 class TensorRTBackend(Backend):
+    """Models of platform tensorrt_plan (`model.plan`): GPU instances only, each needing TensorRT
+    and a CUDA build of torch."""
+
     name = "tensorrt"
     default_model_filename = "model.plan"
     platforms = ("tensorrt_plan",)

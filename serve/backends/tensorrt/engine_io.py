@@ -26,6 +26,9 @@ Shape = tuple[int, ...]
 
 @dataclass(frozen=True, slots=True)
 class EngineTensor:
+    """One input or output of an engine: its dtype, its shape (-1 where dynamic) and, for an input,
+    its (min, opt, max) shapes in profile 0."""
+
     name: str
     is_input: bool
     dtype: np.dtype
@@ -39,6 +42,9 @@ class EngineTensor:
 
 @dataclass(frozen=True, slots=True)
 class EngineIO:
+    """An engine's inputs and outputs, and what Triton's rules make of them (batching, shape
+    checks)."""
+
     tensors: tuple[EngineTensor, ...]
 
     @property

@@ -14,6 +14,9 @@ from serve.inference import InferRequest
 
 
 class TensorRTInstance(ModelInstance):
+    """An instance of a plan model: its `EngineRunner` on the instance's GPU. Refused unless
+    KIND_GPU; a batch whose shapes the profile does not cover fails every request of it."""
+
     def __init__(self, context: InstanceContext) -> None:
         super().__init__(context)
         self._runner: EngineRunner | None = None

@@ -27,6 +27,9 @@ class EngineRun:
 
 
 class EngineRunner:
+    """An engine deserialized on GPU `device_id`, with its execution context and stream; `run` runs
+    one batch and waits for it. Not for concurrent use: each instance has its own."""
+
     def __init__(self, path: Path, device_id: int, model: str) -> None:
         """ServeError (naming `model`, or the file) when the engine cannot run here."""
         import torch

@@ -26,6 +26,8 @@ def missing_runtime() -> str | None:
 
 
 def tensorrt_module() -> Any:
+    """The `tensorrt` package, imported only when called (a plan model is loading), never at import
+    time; ImportError when it is not installed."""
     import tensorrt
 
     return tensorrt

@@ -1,5 +1,11 @@
 """A gRPC call on one HTTP/2 stream (`Call`), and what the HTTP/2 layer asks of the methods
-that answer calls."""
+that answer calls.
+
+A call gathers each message once: once its 5-byte prefix has arrived, a buffer of the message's
+size is made and the DATA pieces are copied into it as they come. A message of at least
+`LARGE_MESSAGE` bytes is handed to its method as a memoryview of that buffer (its tensors are
+read from it in place); a smaller one as bytes.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,11 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
+from common.invariant import present
 from serve.grpc.http2 import frames as f
 
 if TYPE_CHECKING:
@@ -23,11 +32,16 @@ RESOURCE_EXHAUSTED = 8
 UNAVAILABLE = 14
 PERMISSION_DENIED = 7
 
+# A message at least this large is handed over in the buffer it was gathered in.
+LARGE_MESSAGE = 1 << 16
+
+Message = bytes | memoryview
+
 
 class StreamListener(Protocol):
     """Receives a streaming call's messages, in order."""
 
-    def on_message(self, message: bytes) -> None: ...
+    def on_message(self, message: Message) -> None: ...
 
     def on_half_close(self) -> None:
         """The client sent its last message; the listener finishes the call when it is done."""
@@ -38,7 +52,7 @@ class StreamListener(Protocol):
         ...
 
 
-UnaryHandler = Callable[[bytes, "Call"], None]
+UnaryHandler = Callable[[Message, "Call"], None]
 StreamOpener = Callable[["Call"], StreamListener]
 
 
@@ -58,6 +72,9 @@ Router = Callable[[bytes], RpcMethod | None]  # ':path' -> method, None when unk
 
 
 class Trailers:
+    """A call's status trailers (an HPACK block), queued behind its pending DATA so that they are
+    sent only once everything before them has been."""
+
     __slots__ = ("block",)
 
     def __init__(self, block: bytes) -> None:
@@ -70,10 +87,12 @@ class Call:
 
     __slots__ = (
         "_connection",
+        "_got",
         "_headers_sent",
-        "_inbox",
         "_listener",
+        "_message",
         "_method",
+        "_prefix",
         "_request",
         "cancelled",
         "closed",
@@ -89,8 +108,10 @@ class Call:
         self.stream_id = stream_id
         self._connection = connection
         self._method = method
-        self._inbox = bytearray()
-        self._request: bytes | None = None
+        self._prefix = bytearray()  # a message prefix split between reads
+        self._message: memoryview | None = None  # the message being gathered
+        self._got = 0  # of its bytes
+        self._request: Message | None = None
         self._listener: StreamListener | None = None
         self._headers_sent = False
         self.pending: deque[bytes | Trailers] = deque()
@@ -103,10 +124,17 @@ class Call:
 
     # -- answering ---------------------------------------------------------------------------
 
-    def respond(self, message: bytes) -> None:
-        """Answer a unary call: the response message, then status OK."""
+    def respond(self, message: Message | list[bytes | memoryview]) -> None:
+        """Answer a unary call: the response message (or its bytes as buffers in order, written
+        without joining them when they fit the windows), then status OK."""
         if self.closed:
             return
+        if isinstance(message, list):
+            if self._respond_parts(message):
+                return
+            message = b"".join(message)
+        elif not isinstance(message, bytes):
+            message = bytes(message)
         connection = self._connection
         size = len(message) + 5
         if (
@@ -135,10 +163,40 @@ class Call:
         self.send_message(message)
         self.finish(0)
 
-    def send_message(self, message: bytes) -> None:
+    def _respond_parts(self, parts: list[bytes | memoryview]) -> bool:
+        """`respond` in one `writelines` when the whole answer fits the windows and one frame."""
+        connection = self._connection
+        length = sum(len(part) for part in parts)
+        size = length + 5
+        if (
+            self._headers_sent
+            or self.pending
+            or size > self.send_window
+            or size > connection.send_window
+            or size > connection.peer_max_frame
+        ):
+            return False
+        self.send_window -= size
+        connection.send_window -= size
+        sid = self.stream_id
+        connection.writelines(
+            [
+                f.frame(f.HEADERS, f.END_HEADERS, sid, f.RESPONSE_HEADERS)
+                + f.frame_header(f.DATA, 0, sid, size)
+                + f.message_prefix(length),
+                *parts,
+                f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, sid, f.OK_TRAILERS),
+            ]
+        )
+        self.close_local()
+        return True
+
+    def send_message(self, message: Message) -> None:
         """One message of a streaming answer."""
         if self.closed:
             return
+        if not isinstance(message, bytes):
+            message = bytes(message)
         out = []
         if not self._headers_sent:
             self._headers_sent = True
@@ -168,38 +226,76 @@ class Call:
 
     # -- receiving ---------------------------------------------------------------------------
 
-    def receive(self, data: bytes, end_stream: bool) -> None:
+    def receive(self, data: bytes | memoryview, end_stream: bool) -> None:
+        """DATA bytes of this stream (copied; `data` is not kept)."""
         if self.closed or self.cancelled:
             return
-        inbox = self._inbox
-        inbox += data
-        limit = self._connection.max_message_bytes
-        while len(inbox) >= 5:
-            length = int.from_bytes(inbox[1:5], "big")
-            if length > limit:
-                self._fail_early(
-                    RESOURCE_EXHAUSTED,
-                    f"received message larger than max ({length} vs. {limit})",
-                )
-                return
-            if len(inbox) < 5 + length:
-                break
-            if inbox[0] != 0:
-                self._fail_early(UNIMPLEMENTED, "compressed messages are not supported")
-                return
-            message = bytes(inbox[5 : 5 + length])
-            del inbox[: 5 + length]
-            self._deliver(message)
-            if self.closed:
-                return
+        position = 0
+        size = len(data)
+        while position < size:
+            message = self._message
+            if message is None:
+                prefix = self._prefix
+                if not prefix and size - position >= 5:
+                    length = int.from_bytes(data[position + 1 : position + 5], "big")
+                    if not self._check_prefix(data[position], length):
+                        return
+                    position += 5
+                    if length < LARGE_MESSAGE and size - position >= length:
+                        # the whole (small) message is here: one copy
+                        self._deliver(bytes(data[position : position + length]))
+                        position += length
+                        if self.closed:
+                            return
+                        continue
+                else:
+                    take = min(5 - len(prefix), size - position)
+                    prefix += data[position : position + take]
+                    position += take
+                    if len(prefix) < 5:
+                        break
+                    length = int.from_bytes(prefix[1:5], "big")
+                    if not self._check_prefix(prefix[0], length):
+                        return
+                    prefix.clear()
+                if length == 0:
+                    self._deliver(b"")
+                    if self.closed:
+                        return
+                    continue
+                message = self._message = _message_buffer(length)
+                self._got = 0
+            got = self._got
+            take = min(len(message) - got, size - position)
+            message[got : got + take] = data[position : position + take]
+            position += take
+            got = self._got = got + take
+            if got == len(message):
+                self._message = None
+                self._deliver(message if got >= LARGE_MESSAGE else bytes(message))
+                if self.closed:
+                    return
         if end_stream:
             self.half_close()
+
+    def _check_prefix(self, compressed: int, length: int) -> bool:
+        """Whether a message with this prefix can be read; answers the call when not."""
+        limit = self._connection.max_message_bytes
+        if length > limit:
+            self._fail_early(
+                RESOURCE_EXHAUSTED, f"received message larger than max ({length} vs. {limit})"
+            )
+            return False
+        if compressed != 0:
+            self._fail_early(UNIMPLEMENTED, "compressed messages are not supported")
+            return False
+        return True
 
     def half_close(self) -> None:
         self.remote_closed = True
         if self.closed or self.cancelled:
             return
-        if self._inbox:
+        if self._prefix or self._message is not None:
             self._fail_early(INTERNAL, "the stream ended inside a message")
             return
         if self._method.open_stream is not None:
@@ -209,15 +305,14 @@ class Call:
             self.finish(UNIMPLEMENTED, "a unary call needs one request message, got none")
             return
         request, self._request = self._request, None
-        unary = self._method.unary
-        assert unary is not None
+        unary = present(self._method.unary, "a unary call's method has a unary handler")
         try:
             unary(request, self)
         except Exception as exc:  # a method's bug must not take the connection down
             log.exception("gRPC method failed")
             self.finish(INTERNAL, f"internal error: {exc}")
 
-    def _deliver(self, message: bytes) -> None:
+    def _deliver(self, message: Message) -> None:
         if self._method.open_stream is not None:
             try:
                 self._stream_listener().on_message(message)
@@ -232,8 +327,7 @@ class Call:
 
     def _stream_listener(self) -> StreamListener:
         if self._listener is None:
-            opener = self._method.open_stream
-            assert opener is not None
+            opener = present(self._method.open_stream, "a stream's method opens streams")
             self._listener = opener(self)
         return self._listener
 
@@ -260,3 +354,12 @@ class Call:
                 self._listener.on_cancel()
             except Exception:
                 log.exception("gRPC stream cancel handler failed")
+
+
+def _message_buffer(size: int) -> memoryview:
+    """A writable buffer for a message of `size` bytes (a large one not zero-filled: every
+    byte is copied into it)."""
+    if size < LARGE_MESSAGE:
+        return memoryview(bytearray(size))
+    array: Any = np.empty(size, np.uint8)
+    return memoryview(array).cast("B")

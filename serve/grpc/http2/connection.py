@@ -4,6 +4,11 @@ A call's response goes out in as few writes as possible: a unary answer that fit
 control windows is one `transport.write` of HEADERS + DATA + trailers. Incoming DATA is
 acknowledged as it is read (window updates in bulk), so a client is never stalled by a slow
 method; a message over the size limit ends its call with RESOURCE_EXHAUSTED.
+
+Reading copies nothing twice: frames are read from memoryviews of what arrived; a DATA frame's
+payload goes to its call piece by piece as it arrives (the call gathers each message once), so
+only an incomplete frame header or an incomplete non-DATA (or padded DATA) frame is kept
+between reads, in a bytearray that grows and is trimmed in place.
 """
 
 from __future__ import annotations
@@ -87,8 +92,12 @@ class GrpcConnection(asyncio.Protocol):
         self._refusal = refusal
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
-        self._buffer = b""
+        self._buffer = bytearray()  # an incomplete frame kept between reads
         self._preface_seen = False
+        # a DATA frame whose payload is still arriving: its stream, flags and bytes to come
+        self._data_stream = 0
+        self._data_flags = 0
+        self._data_left = 0
         self._decoder = hpack.Decoder()
         self._header_cache: dict[bytes, list[tuple[bytes, bytes]]] = {}
         self._calls: dict[int, Call] = {}
@@ -133,9 +142,18 @@ class GrpcConnection(asyncio.Protocol):
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer + data if self._buffer else data
+        buffer = self._buffer
         try:
-            self._buffer = self._read_frames(buffer)
+            if buffer:
+                buffer += data
+                with memoryview(buffer) as view:
+                    consumed = self._read_frames(view)
+                self._keep(buffer, consumed)
+            else:
+                with memoryview(data) as view:
+                    consumed = self._read_frames(view)
+                    if consumed < len(view):
+                        self._buffer = bytearray(view[consumed:])
         except Http2ProtocolError as exc:
             log.warning("gRPC connection closed: %s", exc)
             self.write(f.goaway(self._last_stream_id, exc.code, str(exc).encode()[:200]))
@@ -146,6 +164,11 @@ class GrpcConnection(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if self._transport is not None:
             self._transport.write(data)
+
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
+        """Buffers written one after the other, without joining them first."""
+        if self._transport is not None:
+            self._transport.writelines(parts)
 
     def flush(self, call: Call, out: list[bytes]) -> None:
         """Send what the windows allow of the call's pending data (and its trailers)."""
@@ -205,29 +228,51 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _read_frames(self, buffer: bytes) -> bytes:
-        """Handle every complete frame in `buffer`; returns the incomplete rest."""
+    def _keep(self, buffer: bytearray, consumed: int) -> None:
+        """Drop the first `consumed` bytes of the kept buffer."""
+        if consumed == len(buffer):
+            buffer.clear()
+        elif consumed:
+            del buffer[:consumed]
+
+    def _read_frames(self, buffer: memoryview) -> int:
+        """Handle every complete frame in `buffer`, and what has arrived of a DATA frame;
+        returns how many bytes were used (the rest is an incomplete frame)."""
         position = 0
         size = len(buffer)
         if not self._preface_seen:
+            head = bytes(buffer[: len(f.PREFACE)])
             if size < len(f.PREFACE):
-                if not f.PREFACE.startswith(buffer):
+                if not f.PREFACE.startswith(head):
                     raise Http2ProtocolError(f.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
-                return buffer
-            if not buffer.startswith(f.PREFACE):
+                return 0
+            if head != f.PREFACE:
                 raise Http2ProtocolError(f.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
             self._preface_seen = True
             position = len(f.PREFACE)
         out: list[bytes] = []
+        if self._data_left:  # the rest of a DATA frame
+            position = min(self._data_left, size)
+            self._data_left -= position
+            self._on_data_piece(buffer[:position], out)
         while size - position >= f.FRAME_HEADER_BYTES:
             length = int.from_bytes(buffer[position : position + 3], "big")
             end = position + f.FRAME_HEADER_BYTES + length
-            if end > size:
-                break
             frame_type = buffer[position + 3]
             flags = buffer[position + 4]
             stream_id = f.read_u31(buffer, position + 5)
-            payload = buffer[position + f.FRAME_HEADER_BYTES : end]
+            start = position + f.FRAME_HEADER_BYTES
+            if end > size:
+                if frame_type == f.DATA and not flags & f.PADDED and self._header_block is None:
+                    # its payload goes to the call as it arrives
+                    self._data_stream = stream_id
+                    self._data_flags = flags
+                    self._data_left = end - size
+                    self._check_data_stream(stream_id)
+                    self._on_data_piece(buffer[start:size], out)
+                    position = size
+                break
+            payload = buffer[start:end]
             position = end
             self._handle(frame_type, flags, stream_id, payload, out)
         if self._recv_unacked >= _TOP_UP:
@@ -235,31 +280,32 @@ class GrpcConnection(asyncio.Protocol):
             self._recv_unacked = 0
         if out:
             self.write(b"".join(out))
-        return buffer[position:] if position < size else b""
+        return position
 
     def _handle(
-        self, frame_type: int, flags: int, stream_id: int, payload: bytes, out: list[bytes]
+        self, frame_type: int, flags: int, stream_id: int, payload: memoryview, out: list[bytes]
     ) -> None:
+        """One whole frame; `payload` is a view of the read buffer: kept only as a copy."""
         if self._header_block is not None and frame_type != f.CONTINUATION:
             raise Http2ProtocolError(f.PROTOCOL_ERROR, "expected a CONTINUATION frame")
         if frame_type == f.DATA:
             self._on_data(flags, stream_id, payload, out)
         elif frame_type == f.HEADERS:
-            self._on_headers(flags, stream_id, payload)
+            self._on_headers(flags, stream_id, bytes(payload))
         elif frame_type == f.CONTINUATION:
-            self._on_continuation(flags, stream_id, payload)
+            self._on_continuation(flags, stream_id, bytes(payload))
         elif frame_type == f.SETTINGS:
             if not flags & f.ACK:
                 # Acknowledged before anything else is sent: the peer applies its own new
                 # limits (e.g. a larger frame size) only from the ACK on.
                 self.write(b"".join(out) + f.frame(f.SETTINGS, f.ACK, 0))
                 out.clear()
-                self._on_settings(payload)
+                self._on_settings(bytes(payload))
         elif frame_type == f.WINDOW_UPDATE:
-            self._on_window_update(stream_id, payload)
+            self._on_window_update(stream_id, bytes(payload))
         elif frame_type == f.PING:
             if not flags & f.ACK:
-                out.append(f.frame(f.PING, f.ACK, 0, payload))
+                out.append(f.frame(f.PING, f.ACK, 0, bytes(payload)))
         elif frame_type == f.RST_STREAM:
             call = self._calls.pop(stream_id, None)
             self._blocked.pop(stream_id, None)
@@ -275,14 +321,31 @@ class GrpcConnection(asyncio.Protocol):
             raise Http2ProtocolError(f.PROTOCOL_ERROR, "a client cannot push")
         # PRIORITY and unknown frame types are ignored, as RFC 9113 asks.
 
-    def _on_data(self, flags: int, stream_id: int, payload: bytes, out: list[bytes]) -> None:
+    def _check_data_stream(self, stream_id: int) -> None:
+        if stream_id not in self._calls and (stream_id == 0 or stream_id > self._last_stream_id):
+            raise Http2ProtocolError(f.PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
+
+    def _on_data_piece(self, piece: memoryview, out: list[bytes]) -> None:
+        """Part of the payload of an unpadded DATA frame; the last part when nothing is left."""
+        self._recv_unacked += len(piece)
+        stream_id = self._data_stream
+        call = self._calls.get(stream_id)
+        if call is None:
+            return  # a stream we already closed or reset
+        end_stream = not self._data_left and bool(self._data_flags & f.END_STREAM)
+        call.recv_unacked += len(piece)
+        if call.recv_unacked >= _TOP_UP and not end_stream:
+            out.append(f.window_update(stream_id, call.recv_unacked))
+            call.recv_unacked = 0
+        call.receive(piece, end_stream)
+
+    def _on_data(self, flags: int, stream_id: int, payload: memoryview, out: list[bytes]) -> None:
         self._recv_unacked += len(payload)
         if flags & f.PADDED:
             payload = _strip_padding(payload)
         call = self._calls.get(stream_id)
         if call is None:
-            if stream_id == 0 or stream_id > self._last_stream_id:
-                raise Http2ProtocolError(f.PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
+            self._check_data_stream(stream_id)
             return  # a stream we already closed or reset
         call.recv_unacked += len(payload)
         if call.recv_unacked >= _TOP_UP and not flags & f.END_STREAM:
@@ -292,7 +355,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if flags & f.PADDED:
-            payload = _strip_padding(payload)
+            payload = bytes(_strip_padding(memoryview(payload)))
         if flags & f.PRIORITY_FLAG:
             payload = payload[5:]
         if not flags & f.END_HEADERS:
@@ -409,7 +472,7 @@ class GrpcConnection(asyncio.Protocol):
             self.flush(call, [])
 
 
-def _strip_padding(payload: bytes) -> bytes:
+def _strip_padding(payload: memoryview) -> memoryview:
     if not payload:
         raise Http2ProtocolError(f.PROTOCOL_ERROR, "padded frame without pad length")
     pad = payload[0]

@@ -53,34 +53,44 @@ _MESSAGE_PREFIX = struct.Struct(">BI")
 
 
 def frame(frame_type: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    """One frame: the 9-byte header for `payload`, then the payload."""
     return _HEADER.pack(len(payload) << 8 | frame_type, flags, stream_id) + payload
 
 
 def frame_header(frame_type: int, flags: int, stream_id: int, length: int) -> bytes:
+    """A frame's 9-byte header alone, for a payload of `length` bytes sent as separate pieces."""
     return _HEADER.pack(length << 8 | frame_type, flags, stream_id)
 
 
 def settings_frame(settings: dict[int, int]) -> bytes:
+    """A SETTINGS frame (not an ACK) carrying `settings` (identifier -> value)."""
     return frame(SETTINGS, 0, 0, b"".join(_SETTING.pack(k, v) for k, v in settings.items()))
 
 
 def parse_settings(payload: bytes) -> list[tuple[int, int]]:
+    """A SETTINGS frame's payload as (identifier, value) pairs, in order."""
     return [_SETTING.unpack_from(payload, i) for i in range(0, len(payload), 6)]
 
 
 def window_update(stream_id: int, increment: int) -> bytes:
+    """A WINDOW_UPDATE frame granting `increment` bytes on `stream_id` (0: the connection)."""
     return frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(increment))
 
 
 def rst_stream(stream_id: int, error_code: int) -> bytes:
+    """An RST_STREAM frame ending `stream_id` with HTTP/2 error code `error_code`."""
     return frame(RST_STREAM, 0, stream_id, _U32.pack(error_code))
 
 
 def goaway(last_stream_id: int, error_code: int, debug: bytes = b"") -> bytes:
+    """A GOAWAY frame: streams above `last_stream_id` will not be processed; `error_code` says why
+    (NO_ERROR for a graceful close)."""
     return frame(GOAWAY, 0, 0, _U32.pack(last_stream_id) + _U32.pack(error_code) + debug)
 
 
-def read_u31(payload: bytes, offset: int = 0) -> int:
+def read_u31(payload: bytes | memoryview, offset: int = 0) -> int:
+    """The 31-bit value (a stream id or window increment) at `offset`, its reserved top bit
+    dropped."""
     return int(_U32.unpack_from(payload, offset)[0]) & 0x7FFF_FFFF
 
 
@@ -134,6 +144,8 @@ def percent_encode(text: str) -> bytes:
 
 
 def status_trailers(code: int, message: str) -> bytes:
+    """The HPACK block of a failed call's trailers: grpc-status `code`, and grpc-message
+    (percent-encoded) when `message` is not empty."""
     block = _literal(b"grpc-status", str(code).encode())
     if message:
         block += _literal(b"grpc-message", percent_encode(message))

@@ -12,6 +12,10 @@ from serve.sockets import LISTEN_BACKLOG
 
 
 class Http2GrpcServer:
+    """Accepts connections on the socket it is given and runs each as a `GrpcConnection`. A
+    connection past `limits.max_connections` is still accepted, to answer its calls UNAVAILABLE
+    naming the limit, then closed."""
+
     def __init__(self, router: Router, limits: GrpcLimits) -> None:
         self._router = router
         self._limits = limits

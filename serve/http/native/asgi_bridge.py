@@ -2,7 +2,9 @@
 
 Each request runs the application in its own task (the control plane is not the hot path);
 the whole answer is gathered and handed to the request's slot, so it leaves in order, framed
-by the connection (Content-Length, Connection), in one write.
+by the connection (Content-Length, Connection), in one write. An application that sends its
+body in pieces (`more_body`, e.g. server-sent events) is streamed instead: each piece goes out
+as it comes, in chunked transfer coding.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ _FRAMING = {b"content-length", b"transfer-encoding", b"connection"}
 
 
 class AsgiBridge:
+    """Runs the control plane's ASGI application for requests of the native front end, each in a
+    task of its own, its answer handed to the request's slot; `wait` lets them finish at
+    shutdown."""
+
     def __init__(self, app: ASGIApp) -> None:
         self._app = app
         self._tasks: set[asyncio.Task[None]] = set()
@@ -46,7 +52,8 @@ class AsgiBridge:
             "query_string": query,
             "headers": request.headers,
         }
-        task = asyncio.get_running_loop().create_task(self._call(scope, request.body, slot))
+        body = request.body if type(request.body) is bytes else bytes(request.body)
+        task = asyncio.get_running_loop().create_task(self._call(scope, body, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -59,7 +66,7 @@ class AsgiBridge:
             task.cancel()
 
     async def _call(self, scope: dict[str, Any], body: bytes, slot: ResponseSlot) -> None:
-        answer = _Answer(scope["method"] == "HEAD")
+        answer = _Answer(scope["method"] == "HEAD", slot)
         body_read = False
 
         async def receive() -> dict[str, Any]:
@@ -74,9 +81,15 @@ class AsgiBridge:
             await self._app(scope, receive, answer.send)
         except Exception as exc:
             log.exception("HTTP control-plane request failed")
+            if answer.streaming:
+                slot.end_stream()
+                return
             if not answer.complete:
                 slot.send(500, _JSON_HEADER, encode_error(f"internal error: {exc!r}"))
                 return
+        if answer.streaming:
+            slot.end_stream()
+            return
         if not answer.complete:
             slot.send(500, _JSON_HEADER, encode_error("the application sent no complete response"))
             return
@@ -88,8 +101,10 @@ class AsgiBridge:
 class _Answer:
     """The ASGI `send` side: the response's messages gathered."""
 
-    def __init__(self, head_only: bool) -> None:
+    def __init__(self, head_only: bool, slot: ResponseSlot) -> None:
         self.head_only = head_only
+        self.slot = slot
+        self.streaming = False  # the body comes in pieces: each is pushed to the slot
         self.status = 500
         self.headers: list[bytes] = []
         self.body: list[bytes] = []
@@ -111,9 +126,23 @@ class _Answer:
                 self.headers.append(b"%s: %s\r\n" % (name, bytes(value)))
         elif kind == "http.response.body" and self.started and not self.complete:
             chunk = message.get("body", b"")
+            more = message.get("more_body", False)
+            if more and not self.streaming and not self.head_only:
+                self.streaming = True
+                self.slot.open_stream(self.status, b"".join(self.headers))
+                for earlier in self.body:
+                    self.slot.push(earlier)
+                self.body.clear()
+            if self.streaming:
+                if chunk:
+                    self.slot.push(bytes(chunk))
+                if not more:
+                    self.complete = True
+                    self.slot.end_stream()
+                return
             if chunk:
                 self.body.append(bytes(chunk))
-            if not message.get("more_body", False):
+            if not more:
                 self.complete = True
                 if self.body:  # a body given for HEAD sets its length
                     self.length = -1

@@ -17,11 +17,16 @@ from typing import Protocol
 
 
 class BudgetWaiter(Protocol):
+    """A connection waiting for its reservation (see `BodyBudget.reserve`)."""
+
     def budget_granted(self, size: int) -> None:
         """The reservation asked for earlier is now held; reading may go on."""
 
 
 class BodyBudget:
+    """The budget of one endpoint: `capacity` bytes, reservations granted whole, in the order asked
+    (see above). Used on the event loop's thread only."""
+
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.used = 0

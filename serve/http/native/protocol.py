@@ -1,4 +1,4 @@
-"""One HTTP/1.1 client connection on asyncio.Protocol, parsed by httptools.
+"""One HTTP/1.1 client connection on asyncio.BufferedProtocol, parsed by httptools.
 
 Each request gets a `ResponseSlot` in the connection's queue when its headers are read; a
 handler answers it (now or later, from any callback on the loop) with `slot.send`, and answers
@@ -15,6 +15,16 @@ refused from its Content-Length before the body is read, or as a chunked body go
 a request line and headers over theirs (431), a request not received whole in time (408,
 from the endpoint's sweep). Backpressure: reading stops while `MAX_PENDING` answers wait or
 the transport asks to pause writing (the read clock stops with it).
+
+Large bodies without copies: the connection is an `asyncio.BufferedProtocol`. Request lines,
+headers and small bodies are read into a read buffer and parsed by httptools (a buffer is
+taken for one read and given back once that read is parsed: the connections share a few, and
+an idle one holds none); a body of at least `DIRECT_BODY_MIN` bytes announced by
+Content-Length gets a buffer of its size once its headers are read, and the socket is read
+straight into it (the parser is bypassed for those bytes and replaced by a fresh one after the
+body): the body is written once in user space, and the handler gets it as a memoryview. An
+answer's body may be several buffers (a large binary output's arrays): they go to the socket
+in one `writelines`, without joining them first.
 """
 
 from __future__ import annotations
@@ -25,9 +35,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import httptools
+import numpy as np
 
 from serve.http.codec import encode_error
 from serve.http.limits import DEFAULT_LIMITS, HttpLimits
@@ -47,10 +58,28 @@ _CONNECTION_KEEP_ALIVE = b"connection: keep-alive\r\n"
 _CONTENT_LENGTH = b"content-length: "
 _CONTENT_LENGTH_NAME = b"content-length"
 _CRLF = b"\r\n"
+_CHUNKED = b"transfer-encoding: chunked\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
 _EXPECT = b"expect"
 _TRANSFER_ENCODING = b"transfer-encoding"
 _JSON_HEADER = b"content-type: application/json\r\n"
 _NO_BODY = (204, 304)
+_UPGRADE = b"upgrade"
+
+# A Content-Length body at least this large is read straight into a buffer of its own.
+DIRECT_BODY_MIN = 1 << 16
+# A read buffer for request lines, headers and small bodies.
+READ_SIZE = 1 << 16
+# Read buffers given back by their connection: an event loop reads one socket at a time, so
+# one buffer serves every connection (a client that falls behind may hold thousands of them
+# open); a loop that keeps several reads under way (proactor) leaves a few here.
+_spare_read_buffers: list[memoryview] = []
+_MAX_SPARE_READ_BUFFERS = 8
+
+# A body: bytes, or one buffer read in place (a memoryview); an answer's may be several buffers
+# (a large one: written with writelines, without joining them).
+Body = bytes | memoryview
+AnswerBody = bytes | list[bytes | memoryview]
 
 
 def _status_line(status: int) -> bytes:
@@ -69,7 +98,8 @@ Address = tuple[str, int]
 
 class HttpRequest:
     """A request as read: method, target (the raw URL) and headers (names lower-cased) as
-    bytes; the whole body; `recv_start` is when its headers were read (monotonic ns, 0 when
+    bytes; the whole body (bytes, or a writable memoryview of a large body read in place);
+    `recv_start` is when its headers were read (monotonic ns, 0 when
     the handler does not time requests)."""
 
     __slots__ = ("body", "headers", "http_version", "method", "recv_start", "target")
@@ -79,7 +109,7 @@ class HttpRequest:
         method: bytes,
         target: bytes,
         headers: list[tuple[bytes, bytes]],
-        body: bytes,
+        body: Body,
         http_version: str,
         recv_start: int,
     ) -> None:
@@ -127,6 +157,7 @@ class ResponseSlot:
         "keep_alive_header",
         "on_lost",
         "on_written",
+        "stream",
     )
 
     def __init__(self, connection: HttpConnection, close: bool, head_only: bool) -> None:
@@ -138,23 +169,25 @@ class ResponseSlot:
         self.continued = False
         self.body_received = False
         self.head: bytes | None = None  # status line and headers, without the framing ones
-        self.body = b""
+        self.body: AnswerBody = b""
         self.content_length = -1
         self.on_written: Callable[[], None] | None = None
         # Set by a handler that answers later: the connection closed before the answer.
         self.on_lost: Callable[[], None] | None = None
+        self.stream: _Stream | None = None  # an answer sent in pieces (open_stream)
 
     def send(
         self,
         status: int,
         headers: bytes,
-        body: bytes,
+        body: AnswerBody,
         on_written: Callable[[], None] | None = None,
         content_length: int = -1,
     ) -> None:
         """Answer: `headers` are whole header lines ("name: value\\r\\n" each), without
-        Content-Length and Connection, which the connection adds; `content_length` (a HEAD
-        answer's, when `body` is empty) replaces len(body). `on_written` runs once the answer is
+        Content-Length and Connection, which the connection adds; `body` is bytes or a list of
+        byte buffers sent one after the other; `content_length` (a HEAD answer's, when `body`
+        is empty) replaces the body's length. `on_written` runs once the answer is
         written, or dropped with its connection."""
         if self.head is not None:
             raise RuntimeError("a request is answered once")
@@ -163,6 +196,33 @@ class ResponseSlot:
         self.body = body
         self.content_length = -2 if status < 200 or status in _NO_BODY else content_length
         self.on_written = on_written
+        self._connection._answered(self)
+
+    def open_stream(self, status: int, headers: bytes) -> None:
+        """Answer in pieces (chunked transfer coding): the head now, each `push` as it comes
+        (written at once when this answer is first in line), `end_stream` last. Later answers
+        of the connection wait for the end."""
+        if self.head is not None:
+            raise RuntimeError("a request is answered once")
+        status_line = _STATUS_LINES.get(status) or _status_line(status)
+        self.head = status_line + headers
+        self.stream = _Stream()
+        self._connection._answered(self)
+
+    def push(self, data: bytes) -> None:
+        """One piece of a streamed answer (dropped once the connection is gone)."""
+        stream = self.stream
+        if stream is None or stream.ended:
+            raise RuntimeError("push needs an open stream")
+        if data:
+            stream.pieces.append(data)
+            self._connection._answered(self)
+
+    def end_stream(self) -> None:
+        stream = self.stream
+        if stream is None or stream.ended:
+            return
+        stream.ended = True
         self._connection._answered(self)
 
     def addresses(self) -> tuple[Address | None, Address | None]:
@@ -174,7 +234,7 @@ class ResponseSlot:
         return self._connection.lost()
 
 
-class HttpConnection(asyncio.Protocol):
+class HttpConnection(asyncio.BufferedProtocol):
     """The server side of one HTTP/1.1 connection."""
 
     def __init__(
@@ -193,6 +253,7 @@ class HttpConnection(asyncio.Protocol):
         self._reserved = 0  # of the budget, for the body being read
         self._wanted = 0  # asked of the budget and not granted yet: reading is paused
         self._parser = httptools.HttpRequestParser(self)
+        self._reading: memoryview | None = None  # a read buffer taken for the read under way
         self._transport: asyncio.Transport | None = None
         self._pending: deque[ResponseSlot] = deque()
         self._lost: asyncio.Future[None] | None = None
@@ -202,6 +263,11 @@ class HttpConnection(asyncio.Protocol):
         self._target = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
+        self._method = b""
+        self._version = "1.1"
+        # a body read in place: its buffer and how much of it has arrived
+        self._direct: memoryview | None = None
+        self._direct_got = 0
         self._slot: ResponseSlot | None = None
         self._recv_start = 0
         self._head_bytes = 0  # request line and headers read
@@ -217,7 +283,7 @@ class HttpConnection(asyncio.Protocol):
         self._closing = False
         self.active = False  # set on every read; the idle sweep clears it
 
-    # -- asyncio.Protocol --------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -227,6 +293,10 @@ class HttpConnection(asyncio.Protocol):
         if self._linger is not None:
             self._linger.cancel()
         self._stopped = True
+        self._direct = None
+        if self._reading is not None:  # the read that found the close never reached buffer_updated
+            _give_back_read_buffer(self._reading)
+            self._reading = None
         self._return_budget()
         pending = list(self._pending)  # the request being read is in it, last
         self._pending.clear()
@@ -253,8 +323,45 @@ class HttpConnection(asyncio.Protocol):
         self._write_paused = False
         self._update_reading()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        direct = self._direct
+        if direct is not None:
+            return direct[self._direct_got :]
+        if self._reading is None:
+            self._reading = _take_read_buffer()
+        return self._reading
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.active = True
+        if self._direct is not None:
+            self._direct_got += nbytes
+            if self._direct_got == len(self._direct):
+                # The parser never saw these bytes: end the message here and start a new one.
+                self._parser = httptools.HttpRequestParser(self)
+                self.on_message_complete()
+                self._update_reading()
+            return
+        reading, self._reading = self._reading, None
+        if reading is None:
+            raise RuntimeError("buffer_updated without get_buffer")
+        try:
+            self._feed(reading[:nbytes])
+        finally:
+            _give_back_read_buffer(reading)
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes as a plain `asyncio.Protocol` gets them (tests feed a connection this way):
+        copied in through `get_buffer` / `buffer_updated`, as the transport reads."""
+        self.active = True
+        view = memoryview(data)
+        while view:
+            buffer = self.get_buffer(len(view))
+            size = min(len(buffer), len(view))
+            buffer[:size] = view[:size]
+            view = view[size:]
+            self.buffer_updated(size)
+
+    def _feed(self, data: memoryview) -> None:
         if self._stopped:
             return  # after a request that closes the connection, or a malformed one
         try:
@@ -281,6 +388,7 @@ class HttpConnection(asyncio.Protocol):
         self._target = b""
         self._headers = []
         self._body = []
+        self._direct = None
         self._head_bytes = 0
         self._body_bytes = 0
         self._read_started = time.monotonic()
@@ -305,12 +413,14 @@ class HttpConnection(asyncio.Protocol):
         if self._stopped:
             return
         parser = self._parser
-        method = parser.get_method()
+        method = self._method = parser.get_method()
+        self._version = parser.get_http_version()
         slot = ResponseSlot(self, not parser.should_keep_alive(), method == b"HEAD")
-        http_1_0 = parser.get_http_version() == "1.0"
+        http_1_0 = self._version == "1.0"
         if http_1_0:
             slot.keep_alive_header = not slot.close
         body_size = 0
+        direct = True
         for name, value in self._headers:
             if name == _CONTENT_LENGTH_NAME:
                 # httptools has checked it is a number (a repeated one differing is an error)
@@ -322,6 +432,9 @@ class HttpConnection(asyncio.Protocol):
                 slot.expect_continue = value.lower() == b"100-continue"
             elif name == _TRANSFER_ENCODING and b"chunked" in value.lower():
                 body_size = self._limits.max_input_bytes  # its size is known only at its end
+                direct = False
+            elif name == _UPGRADE:
+                direct = False
         self._slot = slot
         self._pending.append(slot)
         self._recv_start = time.monotonic_ns() if self._handler.timing else 0
@@ -330,11 +443,21 @@ class HttpConnection(asyncio.Protocol):
                 self._reserved = body_size
             else:
                 self._wanted = body_size  # reading pauses (data_received's _update_reading)
+        if direct and body_size >= DIRECT_BODY_MIN:
+            # not zero-filled: every byte is read into it before it is used
+            self._direct = _byte_buffer(body_size)
+            self._direct_got = 0
 
     def on_body(self, body: bytes) -> None:
         if self._slot is None:  # refused, or after the parse stopped
             return
         self._body_bytes += len(body)
+        direct = self._direct
+        if direct is not None:  # the start of a body read in place, read with its headers
+            got = self._direct_got
+            self._direct_got = got + len(body)
+            direct[got : self._direct_got] = body
+            return
         if self._body_bytes > self._limits.max_input_bytes:  # a chunked body
             self._refuse(413, self._limits.too_large(self._body_bytes))
             return
@@ -348,17 +471,15 @@ class HttpConnection(asyncio.Protocol):
         if slot is None:  # refused, or after the parse stopped
             return
         slot.body_received = True
-        parts = self._body
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        body: Body
+        if self._direct is not None:
+            body, self._direct = self._direct, None
+        else:
+            parts = self._body
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._body = []
-        parser = self._parser
         request = HttpRequest(
-            parser.get_method(),
-            self._target,
-            self._headers,
-            body,
-            parser.get_http_version(),
-            self._recv_start,
+            self._method, self._target, self._headers, body, self._version, self._recv_start
         )
         if slot.close:
             self._stopped = True
@@ -405,26 +526,50 @@ class HttpConnection(asyncio.Protocol):
         pending = self._pending
         if not pending or pending[0].head is None:
             return
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         written: list[Callable[[], None]] = []
         close = False
+        gather = False  # an answer's body is several buffers: write them without a join
         while pending:
             slot = pending[0]
             head = slot.head
             if head is None:
                 break
+            stream = slot.stream
+            if stream is not None:
+                if not stream.started:
+                    stream.started = True
+                    out += (head, _CHUNKED)
+                    if slot.close:
+                        out.append(_CONNECTION_CLOSE)
+                    out.append(_CRLF)
+                for piece in stream.pieces:
+                    out += (b"%x\r\n" % len(piece), piece, _CRLF)
+                stream.pieces.clear()
+                if not stream.ended:
+                    break  # the answers behind it wait for its end
+                out.append(_LAST_CHUNK)
             pending.popleft()
             if self._draining and not pending and not self._in_message:
                 slot.close = True  # the last answer owed before the server stops
-            out.append(head)
-            _frame(slot, out)
+            if stream is None:
+                out.append(head)
+                if _frame(slot, out):
+                    gather = True
             if slot.on_written is not None:
                 written.append(slot.on_written)
                 slot.on_written = None
             if slot.close:
                 close = True
                 break
-        transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if not out:
+            return
+        if gather:
+            transport.writelines(out)
+        elif len(out) == 1:
+            transport.write(out[0])
+        else:
+            transport.write(b"".join(out))
         for on_written in written:
             _run(on_written)
         if close:
@@ -460,6 +605,7 @@ class HttpConnection(asyncio.Protocol):
         self._in_message = False
         self._read_started = 0.0
         self._body = []
+        self._direct = None
         self._return_budget()
         if slot is None or slot.head is not None:
             slot = ResponseSlot(self, True, False)
@@ -566,19 +712,55 @@ class HttpConnection(asyncio.Protocol):
             self._close()
 
 
-def _frame(slot: ResponseSlot, out: list[bytes]) -> None:
-    """Content-Length, Connection, the blank line and the body after the slot's head."""
+class _Stream:
+    """A streamed answer's pieces not written yet, and where it stands."""
+
+    __slots__ = ("ended", "pieces", "started")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.started = False  # its head is written: pieces go out as they come
+        self.ended = False
+
+
+def _frame(slot: ResponseSlot, out: list[bytes | memoryview]) -> bool:
+    """Content-Length, Connection, the blank line and the body after the slot's head; True
+    when the body went in as several buffers."""
     body = slot.body
     length = slot.content_length
     if length != -2:  # 1xx, 204 and 304 answers carry neither Content-Length nor a body
-        out += (_CONTENT_LENGTH, b"%d" % (length if length >= 0 else len(body)), _CRLF)
+        if length < 0:
+            length = len(body) if isinstance(body, bytes) else sum(len(part) for part in body)
+        out += (_CONTENT_LENGTH, b"%d" % length, _CRLF)
     if slot.close:
         out.append(_CONNECTION_CLOSE)
     elif slot.keep_alive_header:
         out.append(_CONNECTION_KEEP_ALIVE)
     out.append(_CRLF)
     if body and not slot.head_only:
-        out.append(body)
+        if isinstance(body, bytes):
+            out.append(body)
+        else:
+            out += body
+            return True
+    return False
+
+
+def _take_read_buffer() -> memoryview:
+    if _spare_read_buffers:
+        return _spare_read_buffers.pop()
+    return memoryview(bytearray(READ_SIZE))
+
+
+def _give_back_read_buffer(buffer: memoryview) -> None:
+    if len(_spare_read_buffers) < _MAX_SPARE_READ_BUFFERS:
+        _spare_read_buffers.append(buffer)
+
+
+def _byte_buffer(size: int) -> memoryview:
+    """A writable buffer of `size` bytes, not zero-filled (every byte is read into it)."""
+    array: Any = np.empty(size, np.uint8)
+    return memoryview(array).cast("B")
 
 
 def _address(name: object) -> Address | None:

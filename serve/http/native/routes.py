@@ -95,6 +95,9 @@ class NativeRoutes:
 
 
 def send_answer(slot: ResponseSlot, answer: InferAnswer) -> None:
+    """Write `answer` to its request's slot (status, content type, the JSON header's length when the
+    body carries binary tensors); a traced answer's trace is told `sending()` before the write
+    and `sent()` after it."""
     headers = _CONTENT_TYPE.get(answer.content_type) or (
         b"content-type: " + answer.content_type + b"\r\n"
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
+import click.testing
 import pytest
 
 from tuner.budget import LatencyBudget
@@ -203,7 +204,7 @@ def test_default_study_names_follow_the_model_and_config_a_user_name_stays() -> 
     as_shipped = {"model_sha256": "aa", "base_config": "11"}
     rewritten = {"model_sha256": "aa", "base_config": "22"}
     name = study_name(options, "digits", as_shipped)
-    assert name.startswith("digits-p95-50000us-optuna-")
+    assert name.startswith("digits-p95-50000us-climb-")
     assert study_name(options, "digits", dict(as_shipped)) == name  # the same run resumes
     assert study_name(options, "digits", rewritten) != name  # a written-back config starts anew
     named = TuneOptions(repository=Path("repo"), budget=options.budget, study_name="mine")
@@ -233,3 +234,36 @@ def test_a_sigterm_whose_interrupt_is_lost_still_stops_the_run_at_the_next_trial
     finally:
         tuner_cli._StopRequest.requested = False
     assert events == ["digits", "digits"]
+
+
+def _invoke(*args: str) -> click.testing.Result:
+    return click.testing.CliRunner().invoke(main, list(args), prog_name="autotune")
+
+
+def test_tuning_flags_without_a_budget_are_a_usage_error_not_help() -> None:
+    """A CI script that forgot the budget must fail, not pass on the help text."""
+    forgot = _invoke("-m", "x", "--trials", "20")
+    assert forgot.exit_code == EXIT_USAGE, forgot.output
+    assert "tuning needs a latency budget: --latency-p95" in forgot.output
+    bare = _invoke()
+    assert bare.exit_code == EXIT_OK and "Usage: autotune" in bare.output
+
+
+def test_tuning_flags_before_a_subcommand_are_refused_naming_them() -> None:
+    result = _invoke("--trials", "20", "-m", "x", "report", "--help")
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "--model, --trials: tuning flags, which do nothing for `autotune report`" in (
+        result.output
+    )
+    assert _invoke("report", "--help").exit_code == EXIT_OK
+
+
+def test_the_default_search_is_called_what_it_is_and_optuna_is_its_old_name() -> None:
+    assert _params()["search"] == "climb"
+    result = _invoke("--latency-p95", "10ms", "--search", "optuna", "--model-repository", "/x")
+    assert "--search optuna is an old name of climb" in result.output
+
+
+def test_every_flag_of_the_bare_command_says_what_it_does() -> None:
+    missing = [p.name for p in main.params if isinstance(p, click.Option) and not p.help]
+    assert missing == []

@@ -136,7 +136,7 @@ def test_a_model_cannot_be_two_steps_and_a_huge_grid_is_refused() -> None:
             for name in ("a", "b", "c")
         ),
     )
-    with pytest.raises(PipelineGridError, match="use --search optuna"):
+    with pytest.raises(PipelineGridError, match=r"use --search climb \(or another sampler\)"):
         grid(big)
 
 

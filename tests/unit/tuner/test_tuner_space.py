@@ -17,7 +17,7 @@ from serve.config.model_config import parse_config_text, read_config_file
 from serve.config.validate import validate_config
 from tests.conftest import BUNDLED_REPOSITORY
 from tuner.budget import LatencyBudget
-from tuner.candidate import Candidate, apply, config_precision, diff, format_diff, variant_filename
+from tuner.candidate import Candidate, apply, config_precision, diff, variant_filename
 from tuner.duration import Duration
 from tuner.model_batch import accepted_batch_size
 from tuner.run import TuneOptions, model_space
@@ -107,13 +107,13 @@ def test_apply_and_diff_read_as_a_report_would() -> None:
     assert base.max_batch_size == 64  # the base is not touched
     validate_config(tuned, "tuned", "digits")
     assert tuned.default_model_filename == "model.int8.onnx"
-    assert format_diff(diff(base, tuned)) == [
-        "max_batch_size: 64 -> 16",
-        "instance_group[0].count: 1 -> 2",
-        "default_model_filename: (unset) -> model.int8.onnx",
-        "dynamic_batching.preferred_batch_size: [] -> [8]",
-        "dynamic_batching.max_queue_delay_microseconds: 0 -> 500",
-        "precision: fp32 -> int8",
+    assert diff(base, tuned) == [
+        ("max_batch_size", "64", "16"),
+        ("instance_group[0].count", "1", "2"),
+        ("default_model_filename", "(unset)", "model.int8.onnx"),
+        ("dynamic_batching.preferred_batch_size", "[]", "[8]"),
+        ("dynamic_batching.max_queue_delay_microseconds", "0", "500"),
+        ("precision", "fp32", "int8"),
     ]
     assert diff(base, apply(Candidate(), base)) == []
 
@@ -123,9 +123,9 @@ def test_unset_thread_count_and_batching_off_in_the_diff() -> None:
     tuned = apply(Candidate({"dynamic_batching": False, "intra_op_thread_count": 1}), base)
     assert not tuned.HasField("dynamic_batching")
     assert tuned.max_batch_size == base.max_batch_size
-    assert format_diff(diff(base, tuned)) == [
-        "dynamic_batching: on -> off",
-        "parameters.intra_op_thread_count: (unset) -> 1",
+    assert diff(base, tuned) == [
+        ("dynamic_batching", "on", "off"),
+        ("parameters.intra_op_thread_count", "(unset)", "1"),
     ]
 
 

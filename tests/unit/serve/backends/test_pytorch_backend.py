@@ -301,9 +301,9 @@ def test_bad_parameter_value_names_the_parameter(tmp_path: Path) -> None:
     extra = 'parameters { key: "INFERENCE_MODE" value: { string_value: "maybe" } }'
     config = ONE_IN_ONE_OUT.format(name="sqrt", max_batch_size=4, extra=extra)
     instance = make_instance(tmp_path, RejectNegative(), config)
-    with pytest.raises(ServeError, match="INFERENCE_MODE") as error:
+    with pytest.raises(ServeError, match=r"parameters\['INFERENCE_MODE'\]: 'maybe'") as error:
         instance.load()
-    assert error.value.kind is ErrorKind.UNAVAILABLE
+    assert error.value.kind is ErrorKind.INVALID_ARGUMENT  # as every backend answers one
 
 
 def test_gpu_parameters_are_read_and_the_ignored_ones_named(
@@ -317,7 +317,7 @@ def test_gpu_parameters_are_read_and_the_ignored_ones_named(
     parameters { key: "MY_OWN_SETTING" value: { string_value: "x" } }
     """
     config = ONE_IN_ONE_OUT.format(name="sqrt", max_batch_size=4, extra=extra)
-    options = TorchOptions.from_config(text_format.Parse(config, mc.ModelConfig()))
+    options = TorchOptions.from_config(text_format.Parse(config, mc.ModelConfig()), "config")
     assert options.cudnn is False and options.cache_cleaning is True
     instance = make_instance(tmp_path, RejectNegative(), config)
     with caplog.at_level(logging.WARNING, logger="serve.backends.pytorch"):

@@ -126,5 +126,9 @@ def test_names_help_and_types_are_tritons() -> None:
         "nv_inference_compute_input_duration_us",
         "nv_inference_compute_infer_duration_us",
         "nv_inference_compute_output_duration_us",
+        "nv_cache_num_hits_per_model",  # Triton 2.51 shows these with or without a cache
+        "nv_cache_hit_duration_per_model",
+        "nv_cache_num_misses_per_model",
+        "nv_cache_miss_duration_per_model",
         "nv_inference_pending_request_count",
     ]

@@ -31,10 +31,16 @@ class Frame:
 class FakeTransport:
     def __init__(self) -> None:
         self.written = bytearray()
+        self.writes_of_parts = 0
         self.closed = False
 
     def write(self, data: bytes) -> None:
         self.written += data
+
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
+        self.writes_of_parts += 1
+        for part in parts:
+            self.written += part
 
     def close(self) -> None:
         self.closed = True
@@ -43,10 +49,10 @@ class FakeTransport:
 @dataclass
 class Listener:
     call: Call
-    messages: list[bytes] = field(default_factory=list)
+    messages: list[bytes | memoryview] = field(default_factory=list)
     cancelled: bool = False
 
-    def on_message(self, message: bytes) -> None:
+    def on_message(self, message: bytes | memoryview) -> None:
         self.messages.append(message)
         self.call.send_message(b"re:" + message)
 
@@ -68,7 +74,7 @@ class Client:
         refusal: str = "",
     ):
         self.listeners: list[Listener] = []
-        self.later: list[tuple[bytes, Call]] = []
+        self.later: list[tuple[bytes | memoryview, Call]] = []
         self.connection = GrpcConnection(
             self.route, max_message_bytes, max_streams=max_streams, refusal=refusal
         )

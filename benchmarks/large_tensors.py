@@ -1,0 +1,173 @@
+"""Large tensors: a 600 KB FP32 input [3, 224, 224] whose model costs nothing (ONNX ReduceMean,
+`large_model.py`), served by this checkout, by an earlier revision of ours, and by NVIDIA Triton
+2.51 (a python model doing np.mean, when its peer is installed), HTTP and gRPC, measured by the
+real perf_analyzer, all servers interleaved (before, ours, triton, before, ours, ...); plus
+onnxruntime in-process on the same input as the ceiling.
+
+    python benchmarks/large_tensors.py                       # before = ca8a635, with Triton
+    python benchmarks/large_tensors.py --a-revision HEAD~3 --no-triton --repeats 5
+
+The servers start once on free 127.0.0.1 ports; every server's output is checked with
+tritonclient first. Prints every run, then per cell each server's median [range] infer/s and
+p95 and server CPU seconds per 1,000 requests (its whole process tree), and the ratios
+ours / before and ours / triton of the median throughputs, with the load average before and
+after (the machine may be shared: CPU per request moves less with the load than throughput).
+Installs perf_analyzer on first use; Triton only with --install-triton
+(scripts/install_triton_peer.sh), else when already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import large_model
+import onnxruntime as ort
+from peer import (
+    ROOT,
+    Run,
+    Server,
+    check_outputs,
+    install,
+    measure,
+    median_range,
+    ours,
+    revision,
+    run_main,
+    triton,
+    worktree,
+)
+from usage import UsageMonitor
+
+DEFAULT_BEFORE = "ca8a635"  # the revision before issue 32
+TRITON_WRAPPER = ROOT / ".cache" / "triton-peer" / "bin" / "tritonserver"
+
+
+def in_process(seconds: float = 2.0) -> float:
+    """onnxruntime on one request's input at a time, numpy in and out: inferences/s."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(
+        large_model.onnx_model().SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    feeds, _ = large_model.reference()
+    for _ in range(50):
+        session.run(None, feeds)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        session.run(None, feeds)
+        count += 1
+    return count / (time.perf_counter() - start)
+
+
+def _triton_wrapper(install_it: bool) -> Path | None:
+    if install_it:
+        return install("install_triton_peer.sh")
+    if TRITON_WRAPPER.is_file():
+        script = ROOT / "scripts" / "install_triton_peer.sh"  # checks the libraries resolve
+        check = subprocess.run(["bash", str(script)], capture_output=True, timeout=900)
+        return TRITON_WRAPPER if check.returncode == 0 else None
+    return None
+
+
+def _summary(runs: list[Run], cpu: dict[Run, float], servers: list[str]) -> None:
+    print()
+    print("median [range] infer/s, p95 ms, server CPU s per 1,000 requests; ratios of medians")
+    for cell, concurrency in sorted({(r.cell, r.concurrency) for r in runs}):
+        medians: dict[str, float] = {}
+        for name in servers:
+            key = (cell, concurrency, name)
+            side = [r for r in runs if (r.cell, r.concurrency, r.server) == key]
+            if not side:
+                continue
+            rates = [r.infer_per_s for r in side]
+            p95 = [r.p95_us / 1000 for r in side]
+            cpu_s = [cpu[r] for r in side if r in cpu]
+            medians[name] = statistics.median(rates)
+            print(
+                f"{cell} c{concurrency} {name:>7}: {median_range(rates, ',.0f')} infer/s, "
+                f"p95 {median_range(p95, '.2f')} ms, CPU {median_range(cpu_s, '.3f')} s, "
+                f"n={len(side)}"
+            )
+        mine = medians.get("ours")
+        ratios = [
+            f"ours / {other} {mine / medians[other]:.2f}"
+            for other in ("before", "triton")
+            if mine and other in medians
+        ]
+        if ratios:
+            print(f"{cell} c{concurrency}: {', '.join(ratios)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--a-revision", default=DEFAULT_BEFORE, help="'before': this revision")
+    protocols = ("http", "grpc")
+    parser.add_argument("--protocols", nargs="+", default=list(protocols), choices=protocols)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--window-ms", type=int, default=3000)
+    parser.add_argument("--attempts", type=int, default=3)
+    parser.add_argument("--no-triton", action="store_true", help="leave Triton out")
+    parser.add_argument("--install-triton", action="store_true")
+    args = parser.parse_args()
+
+    binary = install("install_perf_analyzer.sh")
+    wrapper = None if args.no_triton else _triton_wrapper(args.install_triton)
+    print(f"ours {revision()}; before: {args.a_revision}; triton: {wrapper or 'not installed'}")
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    print(f"in-process onnxruntime, one request at a time: {in_process():,.0f} infer/s")
+    runs: list[Run] = []
+    cpu: dict[Run, float] = {}
+    with tempfile.TemporaryDirectory() as scratch_name, ExitStack() as stack:
+        scratch = Path(scratch_name)
+        large_model.write_model(scratch / "repository")
+        before_code = stack.enter_context(worktree(args.a_revision, scratch / "before"))
+        servers: list[Server] = [
+            stack.enter_context(
+                ours(scratch / "repository", scratch / "before.log", (), "before", before_code)
+            ),
+            stack.enter_context(ours(scratch / "repository", scratch / "ours.log", (), "ours")),
+        ]
+        if wrapper is not None:
+            large_model.write_model(scratch / "peer", "python")
+            peer = triton(wrapper, scratch / "peer", scratch / "triton.log")
+            servers.append(stack.enter_context(peer))
+        inputs, expected = large_model.reference()
+        for server in servers:
+            for protocol in args.protocols:
+                check_outputs(server, protocol, large_model.NAME, inputs, expected, 1e-5)
+        for protocol in args.protocols:
+            for concurrency in args.concurrency:
+                for repeat in range(1, args.repeats + 1):
+                    for server in servers:
+                        with UsageMonitor(server, large_model.NAME) as monitor:
+                            run = measure(
+                                args.attempts,
+                                f"{protocol} c{concurrency} #{repeat} {server.name:>7}",
+                                binary,
+                                server,
+                                large_model.NAME,
+                                protocol,
+                                concurrency,
+                                args.window_ms,
+                                scratch,
+                                protocol,
+                            )
+                        if run is not None:
+                            runs.append(run)
+                            usage = monitor.usage
+                            if usage is not None and usage.cpu_s_per_1000 is not None:
+                                cpu[run] = usage.cpu_s_per_1000
+    _summary(runs, cpu, [s.name for s in servers])
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    run_main(main)
