@@ -164,3 +164,14 @@ def test_a_cache_config_that_is_not_tritons_is_refused_naming_the_flag(
     assert "--cache-config 'redis,host=127.0.0.1': cache 'redis' is not available here" in (
         result.stderr
     )
+
+
+def test_the_deprecated_response_cache_byte_size_is_a_local_cache_of_that_size(
+    make_repository: RepositoryFactory, tmp_path: Path
+) -> None:
+    flag = ("--response-cache-byte-size", "1048576")  # tritonserver's older spelling
+    with serving(_repository(make_repository), tmp_path / "server.log", *flag) as server:
+        http = httpclient.InferenceServerClient(server.url)
+        for _ in range(2):
+            http.infer("cached", _inputs(httpclient, 0))
+        assert _stats(server.url, "cached")["inference_stats"]["cache_hit"]["count"] == 1
