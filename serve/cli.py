@@ -355,34 +355,6 @@ def _apply(flags: list[Any]) -> Any:
     "be set here, not through the trace API.",
 )
 @click.option(
-    "--trace-file",
-    default=None,
-    help="Deprecated in tritonserver: the same as --trace-config triton,file=PATH.",
-)
-@click.option(
-    "--trace-level",
-    multiple=True,
-    help="Deprecated in tritonserver: the same as --trace-config level=LEVEL. Repeatable.",
-)
-@click.option(
-    "--trace-rate",
-    type=click.INT,
-    default=None,
-    help="Deprecated in tritonserver: the same as --trace-config rate=N.",
-)
-@click.option(
-    "--trace-count",
-    type=click.INT,
-    default=None,
-    help="Deprecated in tritonserver: the same as --trace-config count=N.",
-)
-@click.option(
-    "--trace-log-frequency",
-    type=click.INT,
-    default=None,
-    help="Deprecated in tritonserver: the same as --trace-config triton,log-frequency=N.",
-)
-@click.option(
     "--cache-config",
     "cache_config",
     multiple=True,
@@ -411,6 +383,34 @@ def _apply(flags: list[Any]) -> Any:
     metavar="NAME:COUNT[:DEVICE]",
     help="How many of a rate-limiter resource exist (on DEVICE, or on every device); default: "
     "the largest count one instance needs. Repeatable.",
+)
+@click.option(
+    "--trace-file",
+    default=None,
+    help="Deprecated in tritonserver: the same as --trace-config triton,file=PATH.",
+)
+@click.option(
+    "--trace-level",
+    multiple=True,
+    help="Deprecated in tritonserver: the same as --trace-config level=LEVEL. Repeatable.",
+)
+@click.option(
+    "--trace-rate",
+    type=click.INT,
+    default=None,
+    help="Deprecated in tritonserver: the same as --trace-config rate=N.",
+)
+@click.option(
+    "--trace-count",
+    type=click.INT,
+    default=None,
+    help="Deprecated in tritonserver: the same as --trace-config count=N.",
+)
+@click.option(
+    "--trace-log-frequency",
+    type=click.INT,
+    default=None,
+    help="Deprecated in tritonserver: the same as --trace-config triton,log-frequency=N.",
 )
 @click.option(
     "--log-verbose",
@@ -478,15 +478,15 @@ def serve_command(
     strict_readiness: bool,
     log_file: str,
     trace_config: tuple[str, ...],
+    cache_config: tuple[str, ...],
+    response_cache_byte_size: int | None,
+    rate_limit: str,
+    rate_limit_resources: tuple[str, ...],
     trace_file: str | None,
     trace_level: tuple[str, ...],
     trace_rate: int | None,
     trace_count: int | None,
     trace_log_frequency: int | None,
-    cache_config: tuple[str, ...],
-    response_cache_byte_size: int | None,
-    rate_limit: str,
-    rate_limit_resources: tuple[str, ...],
     log_verbose: int,
     log_info: bool,
     log_warning: bool,
@@ -519,10 +519,9 @@ def serve_command(
             ]
         )
         backend_settings, notices = parse_backend_config(backend_config)
-        deprecated_cache = (
-            () if response_cache_byte_size is None else (f"local,size={response_cache_byte_size}",)
-        )
-        cache = parse_cache_config([*deprecated_cache, *cache_config])
+        if response_cache_byte_size is not None:  # the deprecated flag, as tritonserver maps it
+            cache_config = (f"local,size={response_cache_byte_size}", *cache_config)
+        cache = parse_cache_config(cache_config)
         resources = tuple(ResourceCount.parse(text) for text in rate_limit_resources)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -18,6 +18,8 @@ from serve.trace.settings import DEFAULTS, TraceValues
 
 @dataclass(slots=True)
 class EndpointOptions:
+    """Whether an endpoint (HTTP, gRPC, metrics) is served, and where."""
+
     enabled: bool
     address: str
     port: int  # 0: a free port (the "Started ..." log line names it)
@@ -25,6 +27,9 @@ class EndpointOptions:
 
 @dataclass(slots=True)
 class ServerOptions:
+    """Everything `autotune serve` is started with, as its command line gives it (tritonserver's
+    flags where they exist); `serve.server.run_server` serves by them."""
+
     # tritonserver's --model-repository, repeatable: the models of all of them are served
     model_repositories: list[Path]
     http: EndpointOptions = field(default_factory=lambda: EndpointOptions(True, "127.0.0.1", 8000))

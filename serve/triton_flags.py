@@ -129,10 +129,14 @@ IGNORED_FLAGS: tuple[IgnoredFlag, ...] = (
     IgnoredFlag(
         "--metrics-config", _STR, "the metrics' labels and buckets are fixed", multiple=True
     ),
-    # Backends, repository agents, cache libraries
+    # Backends, repository agents, caches
     IgnoredFlag("--backend-directory", _STR, "the backends are part of this server"),
     IgnoredFlag("--repoagent-directory", _STR, "no repository agents run here"),
-    IgnoredFlag("--cache-directory", _STR, "the local response cache is part of this server"),
+    IgnoredFlag(
+        "--cache-directory",
+        _STR,
+        "the local response cache is built in: no cache library is loaded",
+    ),
     # Memory and devices
     IgnoredFlag(
         "--pinned-memory-pool-byte-size",

@@ -53,8 +53,9 @@ def build_metrics_app(
     gpu: bool = True,
 ) -> MetricsApp:
     """Inference metrics over the loaded model versions `models()` returns, the response
-    cache's when there is one, CPU metrics (unless `cpu` is false), GPU metrics when NVML finds
-    a GPU (unless `gpu` is false), and the custom metrics python models define, after them."""
+    cache's when there is one, CPU metrics (unless `cpu` is false), GPU metrics when NVML
+    finds a GPU (unless `gpu` is false), and the custom metrics python models define, after
+    them."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InferenceCollector(models))
     if cache is not None:

@@ -53,6 +53,9 @@ DUPLICATE_REASON = "model appears in two or more repositories"
 
 
 class ControlMode(enum.Enum):
+    """tritonserver's --model-control-mode: what loads models (the start only, the repository
+    API, or the repository's changes)."""
+
     NONE = "none"
     EXPLICIT = "explicit"
     POLL = "poll"
@@ -60,12 +63,18 @@ class ControlMode(enum.Enum):
 
 @dataclass(slots=True)
 class VersionState:
+    """One version's state as the repository index reports it, and why when unavailable."""
+
     state: str  # READY | UNAVAILABLE | LOADING | UNLOADING
     reason: str = ""
 
 
 @dataclass(slots=True)
 class ModelRecord:
+    """Everything the repository knows of one model name: its loaded versions and their
+    states, why it failed, the config and files it was loaded from; `lock` serialises its
+    loads and unloads."""
+
     name: str
     versions: dict[int, ServedModel] = field(default_factory=dict)
     states: dict[int, VersionState] = field(default_factory=dict)
@@ -101,6 +110,10 @@ class ModelReading:
 
 
 class ModelRepository:
+    """The models of one or more repository folders as the server serves them: loads them at
+    start, through the repository API or by polling (per `ControlMode`), resolves a request's
+    model and version, and reports the index; every change runs on the event loop."""
+
     def __init__(
         self,
         paths: Path | Sequence[Path],

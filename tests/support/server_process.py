@@ -7,6 +7,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -130,3 +131,14 @@ def server_on_links(root: Path, models: Iterable[Path], *extra: str) -> Iterator
 def connect(server: RunningServer, timeout_s: float = 10.0) -> socket.socket:
     """A plain TCP connection to the server's HTTP endpoint."""
     return socket.create_connection((server.host, server.port), timeout=timeout_s)
+
+
+def refused_start(repository: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """`python -m serve` on `repository` with `flags`, expected to stop before serving (a
+    usage error): its exit status and output, within a minute."""
+    return subprocess.run(
+        [sys.executable, "-m", "serve", "--model-repository", str(repository), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

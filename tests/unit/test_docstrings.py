@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PACKAGES = ("tuner", "analyzer", "gate", "protocol", "common")
+PACKAGES = ("serve", "tuner", "analyzer", "gate", "protocol", "common")
 
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 

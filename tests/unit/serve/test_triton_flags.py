@@ -107,7 +107,7 @@ def test_each_flag_without_effect_is_one_warning_naming_it() -> None:
 
 
 def test_a_value_that_asks_for_what_we_do_anyway_is_quiet() -> None:
-    context = _parse("--grpc-use-ssl", "false", "--rate-limit", "off", "--allow-sagemaker=0")
+    context = _parse("--grpc-use-ssl", "false", "--allow-sagemaker=0")
     assert recorded_notices(context) == []
 
 

@@ -6,17 +6,16 @@ a hit answers only the outputs asked for, and the nv_cache_* metrics agree."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.integration.conftest import RepositoryFactory
-from tests.support.server_process import serving
+from tests.support.server_process import refused_start, serving
 
 CONFIG = """# from: simple
 name: "{name}"
@@ -56,10 +55,13 @@ def _stats(url: str, model: str) -> dict[str, object]:
         client.close()
 
 
+@pytest.mark.parametrize(
+    "flags", [CACHE, ("--response-cache-byte-size", "1048576")], ids=["cache-config", "deprecated"]
+)
 def test_a_repeated_request_is_answered_from_the_cache_as_triton_counts_it(
-    make_repository: RepositoryFactory, tmp_path: Path
+    make_repository: RepositoryFactory, tmp_path: Path, flags: tuple[str, str]
 ) -> None:
-    with serving(_repository(make_repository), tmp_path / "server.log", *CACHE) as server:
+    with serving(_repository(make_repository), tmp_path / "server.log", *flags) as server:
         http = httpclient.InferenceServerClient(server.url)
         grpc = grpcclient.InferenceServerClient(server.grpc_url)
         answers = [http.infer("cached", _inputs(httpclient, 0)) for _ in range(2)]
@@ -146,32 +148,8 @@ def test_without_cache_config_a_model_that_enables_the_cache_runs_every_request(
 def test_a_cache_config_that_is_not_tritons_is_refused_naming_the_flag(
     make_repository: RepositoryFactory, tmp_path: Path
 ) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "serve",
-            "--model-repository",
-            str(tmp_path),
-            "--cache-config",
-            "redis,host=127.0.0.1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = refused_start(tmp_path, "--cache-config", "redis,host=127.0.0.1")
     assert result.returncode == 2
     assert "--cache-config 'redis,host=127.0.0.1': cache 'redis' is not available here" in (
         result.stderr
     )
-
-
-def test_the_deprecated_response_cache_byte_size_is_a_local_cache_of_that_size(
-    make_repository: RepositoryFactory, tmp_path: Path
-) -> None:
-    flag = ("--response-cache-byte-size", "1048576")  # tritonserver's older spelling
-    with serving(_repository(make_repository), tmp_path / "server.log", *flag) as server:
-        http = httpclient.InferenceServerClient(server.url)
-        for _ in range(2):
-            http.infer("cached", _inputs(httpclient, 0))
-        assert _stats(server.url, "cached")["inference_stats"]["cache_hit"]["count"] == 1

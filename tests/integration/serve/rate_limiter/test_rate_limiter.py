@@ -6,15 +6,13 @@ check can fail; a bad --rate-limit-resource is refused naming the flag."""
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import tritonclient.http as httpclient
 
-from tests.support.server_process import serving
+from tests.support.server_process import refused_start, serving
 
 MODEL = """
 import time
@@ -120,19 +118,6 @@ def test_a_declared_count_lets_that_many_execute_at_once(tmp_path: Path) -> None
 
 
 def test_a_malformed_resource_is_refused_naming_the_flag(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "serve",
-            "--model-repository",
-            str(tmp_path),
-            "--rate-limit-resource",
-            "R",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = refused_start(tmp_path, "--rate-limit-resource", "R")
     assert result.returncode == 2
     assert "--rate-limit-resource 'R': expected NAME:COUNT or NAME:COUNT:DEVICE" in result.stderr
