@@ -57,6 +57,29 @@ def _endpoint_flags(kind: str, port: int, what: str) -> list[Any]:
     ]
 
 
+# tritonserver's deprecated flags this server honours: parameter -> (flag, what replaces it)
+DEPRECATED_FLAGS: dict[str, tuple[str, str]] = {
+    "trace_file": ("--trace-file", "--trace-config triton,file=PATH"),
+    "trace_level": ("--trace-level", "--trace-config level=LEVEL"),
+    "trace_rate": ("--trace-rate", "--trace-config rate=N"),
+    "trace_count": ("--trace-count", "--trace-config count=N"),
+    "trace_log_frequency": ("--trace-log-frequency", "--trace-config triton,log-frequency=N"),
+    "strict_model_config": ("--strict-model-config", "--disable-auto-complete-config"),
+    "response_cache_byte_size": ("--response-cache-byte-size", "--cache-config local,size=N"),
+}
+
+
+def deprecation_notices(context: click.Context) -> list[str]:
+    """One line for each deprecated tritonserver flag on the command line (honoured all the
+    same), naming what replaces it, as tritonserver warns."""
+    given = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    return [
+        f"{flag} is deprecated in tritonserver (honoured here): use {replacement}"
+        for name, (flag, replacement) in DEPRECATED_FLAGS.items()
+        if context.get_parameter_source(name) in given
+    ]
+
+
 def deprecated_trace_flags(
     file: str | None,
     levels: tuple[str, ...],
@@ -527,6 +550,7 @@ def serve_command(
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:
         raise click.UsageError(exc.message) from None
+    notices += deprecation_notices(click.get_current_context())
     notices += recorded_notices(click.get_current_context())
     options = ServerOptions(
         model_repositories=list(model_repository),

@@ -19,9 +19,16 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from common.serve_process import service_address, start_serve_process, stop_serve_process
+from common.serve_process import (
+    serve_env,
+    service_address,
+    start_serve_process,
+    stop_serve_process,
+)
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.server_process import serving
+
+AUTOTUNE = "from tuner.cli import main; main()"  # the `autotune` console script
 
 # flags scripts written for tritonserver pass, that have no effect here, as the log names them
 WITHOUT_EFFECT = [
@@ -57,7 +64,12 @@ def test_a_typical_tritonserver_command_line_serves(tmp_path: Path) -> None:
     second = _repository(tmp_path / "second", "simple_copy")
     flags = [
         "--model-repository",
+        str(first),
+        "--model-repository",
         str(second),
+        "--http-port=0",
+        "--grpc-port=0",
+        "--metrics-port=0",
         "--backend-config=onnxruntime,default-max-batch-size=8",
         "--backend-config",
         "python,shm-default-byte-size=1048576",
@@ -75,10 +87,20 @@ def test_a_typical_tritonserver_command_line_serves(tmp_path: Path) -> None:
     ]
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     b = np.ones((1, 16), dtype=np.int32)
-    with serving(first, tmp_path / "server.log", *flags) as server:
-        http = httpclient.InferenceServerClient(server.url)
-        grpc = grpcclient.InferenceServerClient(server.grpc_url)
-        assert http.is_server_ready() and grpc.is_server_ready()
+    log_path = tmp_path / "server.log"
+    with log_path.open("wb") as log_file:  # `autotune serve`, as the console script runs it
+        process = subprocess.Popen(
+            [sys.executable, "-c", AUTOTUNE, "serve", *flags],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=serve_env(),
+        )
+    try:
+        http_url = service_address(log_path, process, "HTTPService", timeout_s=120)
+        http = httpclient.InferenceServerClient(http_url)
+        grpc = grpcclient.InferenceServerClient(service_address(log_path, process))
+        _wait(http.is_server_ready, "the server never became ready")
+        assert grpc.is_server_ready()
         for model in ("simple", "simple_copy"):  # one from each repository
             answer = http.infer(model, _inputs(httpclient, a, b))
             np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), a + b)
@@ -86,7 +108,9 @@ def test_a_typical_tritonserver_command_line_serves(tmp_path: Path) -> None:
             np.testing.assert_array_equal(over_grpc.as_numpy("OUTPUT1"), a - b)
         index = {entry["name"] for entry in http.get_model_repository_index()}
         assert index == {"simple", "simple_copy"}
-        log = server.log()
+    finally:
+        assert stop_serve_process(process) == 0
+    log = log_path.read_text()
     warnings = [line for line in log.splitlines() if ": no effect here (" in line]
     for flag in WITHOUT_EFFECT:
         assert sum(f" {flag}: no effect here (" in line for line in warnings) == 1, flag

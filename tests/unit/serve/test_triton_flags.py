@@ -11,7 +11,12 @@ from pathlib import Path
 import click
 import pytest
 
-from serve.cli import deprecated_trace_flags, parse_backend_config, serve_command
+from serve.cli import (
+    deprecated_trace_flags,
+    deprecation_notices,
+    parse_backend_config,
+    serve_command,
+)
 from serve.triton_flags import IGNORED_FLAGS, recorded_notices
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -174,3 +179,13 @@ def test_deprecated_trace_flags_stand_for_trace_config_values() -> None:
         "count=5",
         "triton,log-frequency=2",
     ]
+
+
+def test_a_deprecated_flag_honoured_is_named_with_what_replaces_it() -> None:
+    context = _parse("--trace-rate", "5", "--response-cache-byte-size=1024")
+    assert deprecation_notices(context) == [
+        "--trace-rate is deprecated in tritonserver (honoured here): use --trace-config rate=N",
+        "--response-cache-byte-size is deprecated in tritonserver (honoured here): use "
+        "--cache-config local,size=N",
+    ]
+    assert deprecation_notices(_parse()) == []
