@@ -249,4 +249,6 @@ def test_a_remote_server_reporting_a_gpu_it_cannot_load_on_is_searched_on_its_cp
     summary = json.loads((reports / "add_sub_py" / "summary.json").read_text())
     assert summary["platform"]["gpus"] == ["GPU GPU-5e1f (80.0 GiB)"]
     assert not any("KIND_GPU" in line for line in summary["space"])
-    assert all(t["outcome"]["status"] != "pruned" for t in summary["trials"] if t["outcome"])
+    # no trial was spent on a GPU candidate the server refuses (the pruner may cut others)
+    outcomes = [t["outcome"] for t in summary["trials"] if t["outcome"]]
+    assert outcomes and not any("refused" in o["message"] for o in outcomes)
