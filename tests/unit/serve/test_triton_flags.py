@@ -18,10 +18,10 @@ from serve.cli import (
     serve_command,
 )
 from serve.triton_flags import IGNORED_FLAGS, recorded_notices
+from tests.support.triton_peer import tritonserver_path
 
 ROOT = Path(__file__).resolve().parents[3]
 FLAGS_FILE = Path(__file__).parent / "data" / "tritonserver_2.51_flags.txt"
-PEER = ROOT / ".cache" / "triton-peer" / "bin" / "tritonserver"
 
 
 def _triton_flags(lines: list[str]) -> dict[str, bool]:
@@ -61,9 +61,10 @@ def test_the_stored_list_is_tritonserver_2_51s() -> None:
     assert flags["--disable-auto-complete-config"] is False and flags["--id"] is True
 
 
-@pytest.mark.skipif(not PEER.exists(), reason="no tritonserver 2.51 peer installed here")
 def test_the_stored_list_matches_the_installed_tritonserver() -> None:
-    shown = subprocess.run([str(PEER), "--help"], capture_output=True, text=True, timeout=60)
+    """Against the peer the test set-up installs (scripts/install_triton_peer.sh)."""
+    peer = tritonserver_path()
+    shown = subprocess.run([str(peer), "--help"], capture_output=True, text=True, timeout=60)
     assert _triton_flags((shown.stdout + shown.stderr).splitlines()) == _stored()
 
 
