@@ -193,40 +193,33 @@ def contenders(model: str, repository: Path, directory: Path, smoke: bool) -> li
 def search_rows(model: str, directory: Path) -> list[dict[str, Any]]:
     """Each recorded search of `model` as one row: its best feasible throughput by its own
     client, the configs it measured and its wall time."""
-    rows = []
-    for result in load_results(model, directory):
-        best = result["best"]
-        rows.append(
-            {
-                "label": LABELS[result["mode"]],
-                "client": "perf_analyzer 2.51",
-                "best_feasible_infer_per_s": best and best["throughput"],
-                "best_p95_ms": best and best["p95_ms"],
-                "concurrency": best and best["concurrency"],
-                "configs_measured": result["configs_measured"],
-                "wall_s": result["wall_s"],
-                "date": result["date"],
-                "smoke": result["smoke"],
-            }
-        )
+    rows = [
+        _row(LABELS[result["mode"]], "perf_analyzer 2.51", result["best"], result)
+        for result in load_results(model, directory)
+    ]
     ours = load_result(model, directory)
     if ours is not None:
-        best = ours["best_feasible"]
-        rows.append(
-            {
-                "label": "autotune",
-                "client": "autotune's analyzer",
-                "best_feasible_infer_per_s": best and best["throughput"],
-                "best_p95_ms": best and best["p95_ms"],
-                "concurrency": best and best["concurrency"],
-                "configs_measured": ours["configs_measured"],
-                "wall_s": ours["wall_s"],
-                "date": ours["date"],
-                "smoke": ours["smoke"],
-                "winner_remeasured_by_autotune": ours["winner"] and ours["winner"]["throughput"],
-            }
-        )
+        winner = ours["winner"] and ours["winner"]["throughput"]
+        row = _row("autotune", "autotune's analyzer", ours["best_feasible"], ours)
+        rows.append(row | {"winner_remeasured_by_autotune": winner})
     return rows
+
+
+def _row(
+    label: str, client: str, best: dict[str, Any] | None, result: dict[str, Any]
+) -> dict[str, Any]:
+    """One tool's line of the table: its best feasible measurement and what the search took."""
+    return {
+        "label": label,
+        "client": client,
+        "best_feasible_infer_per_s": best and best["throughput"],
+        "best_p95_ms": best and best["p95_ms"],
+        "concurrency": best and best["concurrency"],
+        "configs_measured": result["configs_measured"],
+        "wall_s": result["wall_s"],
+        "date": result["date"],
+        "smoke": result["smoke"],
+    }
 
 
 def medians_by_label(measured: list[dict[str, Any]]) -> dict[str, float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
@@ -95,6 +96,12 @@ def _post(server: RunningServer, path: str, body: object) -> httpx.Response:
     return httpx.post(f"{server.base}/v2/models/{path}", json=body, timeout=30)
 
 
+def _stream(server: RunningServer, text: str) -> AbstractContextManager[httpx.Response]:
+    """A generate_stream request to the decoupled model, its events read as they come."""
+    url = f"{server.base}/v2/models/gens/generate_stream"
+    return httpx.stream("POST", url, json={"text_input": text}, timeout=30)
+
+
 def test_generate_maps_the_body_and_answers_one_object(server: RunningServer) -> None:
     body = {"text_input": "hello", "max_tokens": 5, "parameters": {"temperature": 0.5}}
     answer = _post(server, "gen/generate", body)
@@ -128,12 +135,7 @@ def test_errors_come_in_tritons_shapes(server: RunningServer) -> None:
 def test_generate_stream_sends_each_response_as_the_model_sends_it(
     server: RunningServer, tmp_path: Path
 ) -> None:
-    with httpx.stream(
-        "POST",
-        f"{server.base}/v2/models/gens/generate_stream",
-        json={"text_input": "s"},
-        timeout=30,
-    ) as stream:
+    with _stream(server, "s") as stream:
         assert stream.status_code == 200
         assert stream.headers["content-type"] == "text/event-stream; charset=utf-8"
         lines = stream.iter_lines()
@@ -153,12 +155,7 @@ def test_generate_stream_sends_each_response_as_the_model_sends_it(
 def test_a_client_that_leaves_mid_stream_cancels_the_request(
     server: RunningServer, tmp_path: Path
 ) -> None:
-    with httpx.stream(
-        "POST",
-        f"{server.base}/v2/models/gens/generate_stream",
-        json={"text_input": "c"},
-        timeout=30,
-    ) as stream:
+    with _stream(server, "c") as stream:
         assert next(line for line in stream.iter_lines() if line).startswith("data: ")
     cancelled = tmp_path / "gate.cancelled"
     deadline = time.monotonic() + 20
