@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Protocol
 
 from common.atomic import write_text_atomic
-from serve.api import open_model_directory
-from tuner.candidate import variant_filename
-from tuner.evaluate import EvaluationSettings, TrialEvaluator
-from tuner.run import Hooks, TuneOptions, prepare_model_variants
+from tuner.evaluate import EvaluationSettings
+from tuner.group_evaluate import GroupEvaluator
+from tuner.group_members import add_variants, prepare_member
+from tuner.model_run import model_evaluator
+from tuner.run import Hooks, TuneOptions
 from tuner.server_control import TuningServer, tuning_server
 from tuner.space import SearchSpace
 
@@ -66,30 +67,19 @@ class LiveModel:
     evaluator that loads and measures candidates on it."""
 
     server: TuningServer
-    evaluator: TrialEvaluator
+    evaluator: GroupEvaluator
     evaluation: EvaluationSettings
 
 
 @contextmanager
 def live_model(bench: Setup) -> Iterator[LiveModel]:
-    model_dir = bench.options.repository / bench.model
-    opened = open_model_directory(model_dir)
-    variants = prepare_model_variants(
-        bench.options, model_dir, opened.config, opened.model_file(), Hooks()
-    )
+    member = prepare_member(bench.options, bench.model, Hooks(), alone=True)
     work = Path(tempfile.mkdtemp(prefix="tuner-quality-"))
     try:
-        with tuning_server(model_dir, work, work / "server.log") as server:
-            for variant in variants:
-                if variant.model_path is not None and variant.precision != "fp32":
-                    name = variant_filename(opened.model_file().name, variant.precision)
-                    for version in opened.versions:
-                        server.add_variant(version, name, variant.model_path)
-            evaluation = bench.options.evaluation.for_model(opened.config)
-            by_precision = {v.precision: v for v in variants}
-            evaluator = TrialEvaluator(
-                opened.config, server, by_precision, bench.options.budget, evaluation
-            )
+        with tuning_server(member.opened.path, work, work / "server.log") as server:
+            add_variants(server, [member])
+            evaluation = bench.options.evaluation.for_model(member.base)
+            evaluator = model_evaluator(member, server, bench.options.budget, evaluation)
             yield LiveModel(server, evaluator, evaluation)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -27,7 +27,10 @@ from pathlib import Path
 from serve.api import open_model_directory
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
-from tuner.evaluate import EvaluationSettings, TrialEvaluator, describe_steps
+from tuner.evaluate import EvaluationSettings, describe_steps
+from tuner.group_evaluate import GroupEvaluator
+from tuner.group_members import Member
+from tuner.model_run import model_evaluator
 from tuner.precision import PrecisionVariant
 from tuner.search import SearchSettings, TrialContext, TrialOutcome, run_search
 from tuner.server_control import tuning_server
@@ -51,7 +54,7 @@ class Tally:
 class TimedEvaluator:
     """The trial evaluator, each call timed and its load search's levels kept."""
 
-    def __init__(self, evaluator: TrialEvaluator, tally: Tally, verbose: bool) -> None:
+    def __init__(self, evaluator: GroupEvaluator, tally: Tally, verbose: bool) -> None:
         self.evaluator = evaluator
         self.tally = tally
         self.verbose = verbose
@@ -106,14 +109,15 @@ def main() -> None:
             Platform.detect(),
             SpaceOptions(precisions=("fp32",), latency_limit=budget.limit),
         )
-        variants = {"fp32": PrecisionVariant("fp32", opened.model_file(), None, 0.0)}
+        fp32 = PrecisionVariant("fp32", opened.model_file(), None, 0.0)
+        member = Member(opened, (fp32,), opened.model_file())
         print(f"{args.model}: {space.size} candidates, budget {budget.describe()}")
         with tuning_server(model_dir, Path(scratch)) as server:
             for repeat in range(args.repeats):
                 for name, first_pass in METHODS.items():
                     tally = tallies[name]
                     settings = EvaluationSettings(first_pass=first_pass).for_model(config)
-                    evaluator = TrialEvaluator(config, server, variants, budget, settings)
+                    evaluator = model_evaluator(member, server, budget, settings)
                     result = run_search(
                         space,
                         TimedEvaluator(evaluator, tally, args.verbose),

@@ -78,6 +78,7 @@ from serve.api import open_model_directory
 from tuner.budget import LatencyBudget
 from tuner.candidate import THREAD_COUNT, Candidate
 from tuner.duration import Duration
+from tuner.model_run import tune_model
 from tuner.remeasure import RemeasureSettings, remeasure, server_measurer
 from tuner.run import (
     Hooks,
@@ -85,7 +86,6 @@ from tuner.run import (
     fingerprint_of,
     model_space,
     prepare_model_variants,
-    tune_model,
 )
 from tuner.samplers import METHODS
 from tuner.samplers_replay import Measured, ReplayRun, replay, table_optimum
@@ -425,7 +425,7 @@ def remeasure_winners(
     with live_model(bench) as live:
         result = remeasure(
             records,
-            lambda c: live.server.load(live.evaluator.config_for(c)),
+            live.evaluator.load,
             server_measurer(live.server, live.evaluation, remeasure_settings),
             bench.options.budget,
             remeasure_settings,
@@ -606,7 +606,8 @@ def describe_pick(bench: Setup, pick: Candidate | None, table: dict[str, Measure
     settings = bench.settings()
     outcome = measured.outcome
     if not settings.feasible(outcome):
-        return f"{pick.key}: in our grid {outcome.status}, p95 {outcome.latency_us / 1000:.1f} ms"
+        p95_ms = (outcome.latency_us or math.nan) / 1000
+        return f"{pick.key}: in our grid {outcome.status}, p95 {p95_ms:.1f} ms"
     _, optimum = table_optimum(table, settings)
     rate = outcome.throughput
     return f"{pick.key}: {rate:,.1f}/s in our grid = {rate / optimum:.3f} of its best"

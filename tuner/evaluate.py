@@ -8,11 +8,10 @@ only the operating point of a candidate that could still win."""
 
 from __future__ import annotations
 
-import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -29,14 +28,12 @@ from analyzer.api import (
 )
 from common.gpu import process_gpu_memory_bytes
 from tuner.budget import LatencyBudget
-from tuner.candidate import PRECISION, Candidate, apply, config_precision
+from tuner.candidate import PRECISION, Candidate, config_precision
 from tuner.defaults import DEFAULT_MEASUREMENT_INTERVAL_MS
 from tuner.precision import PrecisionVariant
 from tuner.precision.validation import RANDOM_VARIABLE_DIM
 from tuner.search_types import GPU_MEMORY_METRIC, TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer
-
-_log = logging.getLogger(__name__)
 
 # Short windows: a trial measures several load levels, and the tuner must finish in minutes.
 TRIAL_MEASUREMENT = MeasureSettings(
@@ -80,82 +77,6 @@ class EvaluationSettings:
         return replace(self, shapes=shapes | self.shapes)
 
 
-class TrialEvaluator:
-    """Callable the search loop uses: Candidate -> TrialOutcome."""
-
-    def __init__(
-        self,
-        base: mc.ModelConfig,
-        server: TuningServer,
-        variants: dict[str, PrecisionVariant],
-        budget: LatencyBudget,
-        settings: EvaluationSettings | None = None,
-    ) -> None:
-        self._base = base
-        self._server = server
-        self._variants = variants
-        self._budget = budget
-        self._settings = settings or EvaluationSettings()
-        self.last_measurement: Measurement | None = None
-        self.last_steps: list[SearchStep] = []  # the last load search's levels, timed
-
-    def config_for(self, candidate: Candidate) -> mc.ModelConfig:
-        return apply(candidate, self._base)
-
-    def __call__(self, candidate: Candidate, context: TrialContext | None = None) -> TrialOutcome:
-        """Load `candidate` applied to the base config and measure it. The empty candidate
-        loads the base config exactly as written."""
-        refused = precision_refusal(candidate, self._base, self._variants)
-        if refused is not None:
-            return refused
-        try:
-            self._restart_if_exited()  # between trials
-        except ServerError as exc:
-            return TrialOutcome.failed(str(exc))
-        began = time.perf_counter()
-        try:
-            self._server.load(self.config_for(candidate))
-        except ServerError as exc:
-            refused = TrialOutcome("pruned", message=f"the server refused the config: {exc}")
-            return self._told_crash(refused)
-        loaded_s = time.perf_counter() - began
-        outcome = self.measure(context)
-        if outcome.status == "failed":
-            outcome = self._told_crash(outcome)
-        _log.debug(
-            "trial %s (%s): load %.2f s, %s",
-            context.number if context is not None else "-",
-            candidate.key or "as written",
-            loaded_s,
-            describe_steps(self.last_steps),
-        )
-        return outcome
-
-    def _told_crash(self, outcome: TrialOutcome) -> TrialOutcome:
-        """A failed trial whose server died under it says so (and the server is started
-        again for the next trial): the candidate failed, the search goes on."""
-        try:
-            crash = self._restart_if_exited()
-        except ServerError as exc:
-            return TrialOutcome.failed(f"{outcome.message}; {exc}")
-        return outcome if crash is None else TrialOutcome.failed(f"{crash}: {outcome.message}")
-
-    def _restart_if_exited(self) -> str | None:
-        """What ended the tuning server (logged; it is started again), None while it runs;
-        ServerError when it cannot be started again."""
-        crash = self._server.restart_if_exited()
-        if crash is not None:
-            _log.warning("%s", crash)
-        return crash
-
-    def measure(self, context: TrialContext | None = None) -> TrialOutcome:
-        """Search the highest load within the budget for the config loaded now."""
-        outcome, self.last_measurement, self.last_steps = measure_with_steps(
-            self._server, self._budget, self._settings, context
-        )
-        return outcome
-
-
 def precision_refusal(
     candidate: Candidate, base: mc.ModelConfig, variants: dict[str, PrecisionVariant]
 ) -> TrialOutcome | None:
@@ -172,32 +93,29 @@ def precision_refusal(
     return None
 
 
+class TrialMeasurement(NamedTuple):
+    """What measuring one trial gives: its outcome, the measurement the outcome is judged by,
+    and the load search's levels, timed (empty where none was measured)."""
+
+    outcome: TrialOutcome
+    measurement: Measurement | None
+    steps: list[SearchStep]
+
+
 def measure_loaded(
     server: TuningServer,
     budget: LatencyBudget,
     settings: EvaluationSettings,
     context: TrialContext | None = None,
-) -> tuple[TrialOutcome, Measurement | None]:
+) -> TrialMeasurement:
     """Search the highest load within the budget for what `server` has loaded now, sending
-    the load to `server.model_name` (for a pipeline, the ensemble: the budget is end to end).
-    With `settings.first_pass` the search is staged, starts at the concurrency where
-    `context.incumbent` was operated and reports to `context.report`. Also gives the
-    measurement the outcome is judged by."""
-    outcome, measurement, _ = measure_with_steps(server, budget, settings, context)
-    return outcome, measurement
-
-
-def measure_with_steps(
-    server: TuningServer,
-    budget: LatencyBudget,
-    settings: EvaluationSettings,
-    context: TrialContext | None = None,
-) -> tuple[TrialOutcome, Measurement | None, list[SearchStep]]:
-    """`measure_loaded`, and the load search's levels, timed."""
+    the load to `server.model_name` (a model tuned alone; for a pipeline, the ensemble: the
+    budget is end to end). With `settings.first_pass` the search is staged, starts at the
+    concurrency where `context.incumbent` was operated and reports to `context.report`."""
     try:
         url = server.url_for(settings.protocol)
     except ServerError as exc:
-        return TrialOutcome.failed(f"measurement failed: {exc}"), None, []
+        return TrialMeasurement(TrialOutcome.failed(f"measurement failed: {exc}"), None, [])
     options = LoadOptions(
         url=url,
         protocol=settings.protocol,
@@ -220,9 +138,9 @@ def measure_with_steps(
             report=pruning_reporter(context, settings),
         )
     except AnalyzerError as exc:
-        return TrialOutcome.failed(f"measurement failed: {exc}"), None, []
+        return TrialMeasurement(TrialOutcome.failed(f"measurement failed: {exc}"), None, [])
     outcome, measurement = trial_outcome(result, budget)
-    return with_gpu_memory(outcome, server), measurement, result.steps
+    return TrialMeasurement(with_gpu_memory(outcome, server), measurement, result.steps)
 
 
 def with_gpu_memory(outcome: TrialOutcome, server: TuningServer) -> TrialOutcome:

@@ -22,8 +22,8 @@ from analyzer.api import (
     find_max_mixed_load,
 )
 from tuner.budget import LatencyBudget
-from tuner.evaluate import EvaluationSettings, trial_outcome
-from tuner.group_members import StepSetup
+from tuner.evaluate import EvaluationSettings, TrialMeasurement, trial_outcome
+from tuner.group_members import Member
 from tuner.search_types import TrialContext, TrialOutcome
 from tuner.server_control import ServerError, TuningServer
 
@@ -36,7 +36,7 @@ def mix_metric(model: str, name: str) -> str:
 
 
 class MixMeasure:
-    """How a mix's trial is measured (a `tuner.group_run.Measure`): the loaded models at their
+    """How a mix's trial is measured (a `tuner.group_evaluate.Measure`): the loaded models at their
     shares of a total rate, the highest total rate within the budget for every model."""
 
     def __init__(self, shares: Mapping[str, float], budget: LatencyBudget) -> None:
@@ -46,15 +46,15 @@ class MixMeasure:
     def __call__(
         self,
         server: TuningServer,
-        models: Sequence[StepSetup],
+        models: Sequence[Member],
         settings: EvaluationSettings,
         context: TrialContext | None = None,
-    ) -> tuple[TrialOutcome, Measurement | None]:
+    ) -> TrialMeasurement:
         """Search the highest total rate within the budget for the configs loaded now."""
         try:
             url = server.url_for(settings.protocol)
         except ServerError as exc:
-            return TrialOutcome.failed(f"measurement failed: {exc}"), None
+            return TrialMeasurement(TrialOutcome.failed(f"measurement failed: {exc}"), None, [])
         loads = [
             MixedModelLoad(
                 LoadOptions(
@@ -79,9 +79,11 @@ class MixMeasure:
                 unstable_retries=settings.unstable_retries,
             )
         except AnalyzerError as exc:
-            return TrialOutcome.failed(f"measurement failed: {exc}"), None
+            return TrialMeasurement(TrialOutcome.failed(f"measurement failed: {exc}"), None, [])
         outcome, judged = trial_outcome(result.search, self._budget)
-        return self._with_models(outcome, judged, result), judged
+        return TrialMeasurement(
+            self._with_models(outcome, judged, result), judged, result.search.steps
+        )
 
     def _with_models(
         self, outcome: TrialOutcome, judged: Measurement | None, result: MixedSearchResult

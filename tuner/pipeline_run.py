@@ -9,7 +9,7 @@ import hashlib
 
 from serve.api import CONFIG_FILENAME, ServeError, read_config
 from tuner.duration import Duration
-from tuner.evaluate import measure_loaded
+from tuner.group_evaluate import measure_served_model
 from tuner.group_run import Group, tune_group
 from tuner.pipeline_space import PipelineSpace
 from tuner.plan import Target
@@ -36,10 +36,7 @@ def tune_pipeline(
         intro=f"{name}: a pipeline ({' -> '.join(target.steps)}): its steps' configs are "
         f"searched jointly and measured through '{name}', the budget end to end",
         compose=lambda spaces, _platform: PipelineSpace(name, spaces),
-        # Through the ensemble: the budget is end to end.
-        measure=lambda server, _members, settings, context: measure_loaded(
-            server, options.budget, settings, context
-        ),
+        measure=measure_served_model(options.budget),  # through the ensemble
         front=ensemble_dir,
         front_config=ensemble,
         fingerprint={"ensemble_config": digest},
@@ -47,6 +44,5 @@ def tune_pipeline(
         # batches of that size and hands them to its steps whole.
         min_batch_size=ensemble.max_batch_size,
         remeasure=True,
-        settings_for=ensemble,
     )
     return tune_group(options, group, time_budget, hooks)

@@ -1,11 +1,11 @@
-"""One tuning run: for each model, variants -> space -> search against a private server ->
-write-back -> report files. The CLI (tuner/cli.py) only parses flags and prints."""
+"""What every tuning run shares, whatever it tunes (a model alone, a pipeline, a traffic mix:
+`tuner.group_run`): the run's options, the study's name, storage and fingerprint, a model's
+space and precision variants, the time budget's share for the search and the re-measure."""
 
 from __future__ import annotations
 
 import hashlib
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -13,13 +13,12 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serve.api import CONFIG_FILENAME, backend_name, config_to_text, open_model_directory
+from serve.api import CONFIG_FILENAME, backend_name, config_to_text
 from tuner.budget import LatencyBudget
-from tuner.candidate import PRECISION, Candidate, apply, diff, variant_filename
-from tuner.defaults import DEFAULT_MAX_BATCH_SIZE_CAP, DEFAULT_TRIALS, RECOMMENDED_SEARCH
+from tuner.defaults import DEFAULT_MAX_BATCH_SIZE_CAP, RECOMMENDED_SEARCH
 from tuner.duration import Duration
 from tuner.errors import TunerError
-from tuner.evaluate import EvaluationSettings, TrialEvaluator
+from tuner.evaluate import EvaluationSettings
 from tuner.model_batch import accepted_batch_size
 from tuner.precision import DEFAULT_CACHE_DIR, PrecisionVariant, prepare_variants
 from tuner.precisions import DEFAULT_PRECISIONS, backend_precisions
@@ -30,18 +29,12 @@ from tuner.remeasure import (
     RemeasureSettings,
     pick_top,
     remeasure,
-    server_measurer,
-    with_remeasure,
 )
-from tuner.results import run_summary, write_model_report
-from tuner.run_schema import ConfigChange, PlatformInfo, RunSummary, WrittenFiles
-from tuner.search import run_search
 from tuner.search_types import ProgressEvent, SearchResult, SearchSettings
-from tuner.server_control import TuningServer, tuning_server
+from tuner.server_control import TuningServer
 from tuner.server_target import AUTOTUNE, ServerChoice
 from tuner.space import GPU, Platform, SearchSpace, SpaceOptions, build_space
-from tuner.target_platform import confirm_gpu, target_platform
-from tuner.writeback import copy_model_dir, write_back
+from tuner.target_platform import confirm_gpu
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,110 +210,6 @@ def space_on_target(
             hooks.note(refused)
             space = model_space(options, config, model_path, platform, precisions)
     return space, platform
-
-
-def tune_model(
-    options: TuneOptions, model: str, time_budget: Duration | None, hooks: Hooks
-) -> RunSummary:
-    """Tune one model and (unless dry-run) write its best config back. `time_budget` bounds
-    the whole of it (preparing the precisions and starting the server included)."""
-    started = time.monotonic()
-    model_dir = options.repository / model
-    try:
-        opened = open_model_directory(model_dir)
-    except Exception as exc:
-        raise TuneError(str(exc)) from None
-    config, versions, source = opened.config, opened.versions, opened.source
-    path = opened.model_file()
-    if not path.exists():
-        raise TuneError(f"model file {path} does not exist")
-    report_folder = options.report_dir / model
-    report_folder.mkdir(parents=True, exist_ok=True)
-    target = target_platform(options.server)
-    for note in target.notes:
-        hooks.note(f"{model}: {note}")
-    variants = prepare_model_variants(options, model_dir, config, path, hooks)
-    usable = tuple(v.precision for v in variants if v.usable) or ("fp32",)
-    fingerprint = fingerprint_of(options, config, path)
-    settings = search_settings(
-        options, model, fingerprint, report_folder, time_budget, DEFAULT_TRIALS
-    )
-    work_dir = Path(tempfile.mkdtemp(prefix="autotune-", dir=report_folder))
-    try:
-        failure_log = report_folder / "server-start.log"
-        with tuning_server(model_dir, work_dir, failure_log, choice=options.server) as server:
-            server_info = server.describe()
-            by_precision = {v.precision: v for v in variants}
-            for variant in variants:
-                if variant.model_path is not None and variant.precision != "fp32":
-                    filename = variant_filename(path.name, variant.precision)
-                    for version in versions:
-                        server.add_variant(version, filename, variant.model_path)
-                for relative, placed in variant.model_folder_files().items():
-                    server.add_file(relative, placed)
-            space, platform = space_on_target(
-                server, options, model, config, path, target.platform, usable, hooks
-            )
-            evaluation = options.evaluation.for_model(config)
-            evaluator = TrialEvaluator(config, server, by_precision, options.budget, evaluation)
-            hooks.note(f"{model}: {space.size} candidates in the search space")
-            # The time budget counts from the start: preparing and starting took some of it.
-            settings = replace(
-                settings, time_budget=search_time_left(options, time_budget, started)
-            )
-            result = run_search(space, evaluator, settings, lambda e: hooks.progress(model, e))
-
-            def load(candidate: Candidate) -> None:
-                server.load(evaluator.config_for(candidate))
-
-            measure = server_measurer(server, evaluation, options.remeasure)
-            remeasured = remeasure_search(
-                options, model, result, load, measure, time_budget, started, hooks
-            )
-    finally:
-        remove_tree(work_dir)
-    summary = run_summary(
-        model=model,
-        budget=options.budget,
-        platform=PlatformInfo(platform.cpu_count, "KIND_GPU" in space.kinds, platform.gpu_names),
-        search=result,
-        variants=variants,
-        as_written_config=config_text(model_dir, config),
-        validation_source=next((v.accuracy.source for v in variants if v.accuracy), ""),
-        space=space.describe(),
-    )
-    summary = replace(with_remeasure(summary, remeasured), server=server_info)
-    if summary.best is not None and summary.best.candidate is not None:
-        best = summary.best.candidate
-        tuned = apply(best, config)
-        summary = replace(
-            summary, changes=tuple(ConfigChange(*change) for change in diff(config, tuned))
-        )
-        # When the config as written is the best, the repository keeps it untouched (a copy
-        # is still made for --output-repository).
-        unchanged = tuned == config and options.output_repository is None
-        if not options.dry_run and not unchanged:
-            precision = str(best.get(PRECISION, "fp32"))
-            chosen = by_precision[precision] if precision != "fp32" else None
-            target_dir = model_dir
-            if options.output_repository is not None:
-                target_dir = copy_model_dir(model_dir, options.output_repository)
-            written = write_back(
-                target_dir,
-                tuned,
-                versions,
-                chosen.model_path if chosen is not None else None,
-                chosen.model_folder_files() if chosen is not None else {},
-            )
-            files = WrittenFiles(
-                config=str(written.config_path),
-                backup=str(written.backup_path or ""),
-                model_files=", ".join(str(p) for p in written.model_files),
-                source=source,
-            )
-            summary = replace(summary, written=files)
-    write_model_report(summary, report_folder)
-    return summary
 
 
 def search_time_left(

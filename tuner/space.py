@@ -321,6 +321,10 @@ class SearchSpace:
         threads = choices.threads
         return [{INSTANCE_COUNT: count, THREAD_COUNT: threads[count][-1]} for count in threads]
 
+    def describe_sizes(self) -> str:
+        """Its size, as a group's composition names each member's."""
+        return f"{self.model_name} {self.size}"
+
     def describe(self) -> list[str]:
         """One line per parameter, for reports."""
         lines = []
@@ -364,8 +368,8 @@ class SearchSpace:
 
 
 class Space(Protocol):
-    """What the search loop needs of a space: one model's (`SearchSpace`) or a pipeline's
-    (`tuner.pipeline_space.PipelineSpace`, the composition of its steps' spaces)."""
+    """What the search loop needs of a space: one model's (`SearchSpace`) or a group's
+    (`tuner.pipeline_space.PipelineSpace`, the composition of its members' spaces)."""
 
     @property
     def model_name(self) -> str: ...
@@ -384,6 +388,8 @@ class Space(Protocol):
     def prior_candidates(self) -> list[Candidate]: ...
 
     def grid_points(self) -> tuple[Candidate, ...]: ...
+
+    def describe_sizes(self) -> str: ...
 
     def describe(self) -> list[str]: ...
 

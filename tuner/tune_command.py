@@ -18,10 +18,11 @@ from tuner.duration import Duration
 from tuner.errors import EXIT_INTERRUPTED, EXIT_NOT_TUNED, EXIT_OK, TunerError, one_line, worst
 from tuner.mix_run import tune_mix
 from tuner.mix_spec import TrafficMix
+from tuner.model_run import tune_model
 from tuner.pipeline_run import tune_pipeline
 from tuner.plan import Target, plan, plan_mix
 from tuner.report import render_run_report
-from tuner.run import Hooks, TuneOptions, tune_model
+from tuner.run import Hooks, TuneOptions
 from tuner.search_types import ProgressEvent
 
 

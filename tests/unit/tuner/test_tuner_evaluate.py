@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -14,11 +14,12 @@ from tuner.candidate import Candidate
 from tuner.duration import Duration
 from tuner.evaluate import (
     EvaluationSettings,
-    TrialEvaluator,
+    TrialMeasurement,
     pruning_reporter,
     start_level,
     trial_outcome,
 )
+from tuner.group_evaluate import GroupEvaluator
 from tuner.precision.variants import PrecisionVariant
 from tuner.search_types import TrialContext, TrialOutcome
 from tuner.server_control import ServerError
@@ -153,7 +154,7 @@ class _CrashingServer:
         self.restarts = 0
         self.loads = 0
 
-    def load(self, config: mc.ModelConfig) -> None:
+    def load(self, config: mc.ModelConfig, model: str | None = None) -> None:
         self.loads += 1
         if self.loads == 1:
             self.exited = True
@@ -167,16 +168,55 @@ class _CrashingServer:
         return "the tuning server exited (killed by signal 9) and was restarted"
 
 
+@dataclass(frozen=True)
+class _Member:
+    """What the evaluator reads of a group's member."""
+
+    model: str
+    base: mc.ModelConfig
+    variants: tuple[PrecisionVariant, ...]
+
+
+def _model_alone(server: _CrashingServer, measured: TrialOutcome) -> GroupEvaluator:
+    """The evaluator of a model "m" tuned alone on `server`, each measurement `measured`."""
+    member = _Member(
+        "m",
+        mc.ModelConfig(name="m", max_batch_size=8),
+        (PrecisionVariant("fp32", Path("model.onnx"), None, 0.0),),
+    )
+    return GroupEvaluator(
+        [member],  # type: ignore[list-item]
+        server,  # type: ignore[arg-type]
+        EvaluationSettings(),
+        lambda _server, _members, _settings, _context: TrialMeasurement(measured, None, []),
+        alone=True,
+    )
+
+
 def test_a_trial_whose_server_died_fails_saying_so_and_the_next_trial_runs() -> None:
     server = _CrashingServer()
-    base = mc.ModelConfig(name="m", max_batch_size=8)
-    variants = {"fp32": PrecisionVariant("fp32", Path("model.onnx"), None, 0.0)}
-    evaluator = TrialEvaluator(base, server, variants, BUDGET)  # type: ignore[arg-type]
     measured = TrialOutcome("ok", throughput=100.0, latency_us=1000.0)
-    evaluator.measure = lambda context=None: measured  # type: ignore[method-assign]
+    evaluator = _model_alone(server, measured)
     first = evaluator(Candidate({}))
     assert first.status == "failed"
     assert first.message.startswith("the tuning server exited (killed by signal 9)")
     assert "did not answer a load" in first.message
     assert server.restarts == 1
     assert evaluator(Candidate({})) is measured  # the search goes on, on the restarted server
+    assert server.loads == 2
+
+
+def test_a_restarted_server_is_loaded_again_with_the_config_it_had() -> None:
+    """The restarted server serves the config as written: a trial of the candidate loaded
+    before the crash must load it again, not take it as loaded."""
+    server = _CrashingServer()
+    server.loads = 1  # the first load succeeds
+    measured = TrialOutcome("ok", throughput=100.0, latency_us=1000.0)
+    evaluator = _model_alone(server, measured)
+    assert evaluator(Candidate({"max_batch_size": 4})) is measured
+    assert evaluator(Candidate({"max_batch_size": 4})) is measured
+    assert server.loads == 2  # the same config is not loaded twice
+    server.exited = True  # dies between trials
+    assert evaluator(Candidate({"max_batch_size": 4})) is measured
+    assert server.restarts == 1
+    assert server.loads == 3
