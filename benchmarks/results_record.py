@@ -79,6 +79,9 @@ def parse_with_smoke(
         "temporary one)",
     )
     args = parser.parse_args()
+    unknown = set(smoke) - set(vars(args))
+    if unknown:
+        raise ValueError(f"smoke settings for options the parser lacks: {sorted(unknown)}")
     if args.smoke:
         # Parsed again over the smoke defaults, so that an option given on the command line wins.
         parser.set_defaults(**smoke)

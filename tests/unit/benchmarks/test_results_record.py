@@ -110,3 +110,13 @@ def test_smoke_settings_replace_the_defaults_but_not_the_options_given(
     smoke = parse("--smoke", "--repeats", "2", "--output", str(tmp_path))
     assert (smoke.repeats, smoke.window_ms, smoke.smoke) == (2, 500, True)
     assert smoke.output == tmp_path
+
+
+def test_a_smoke_setting_for_a_missing_option_is_refused(
+    results_record: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    monkeypatch.setattr(sys, "argv", ["demo.py"])
+    with pytest.raises(ValueError, match="window_ms"):
+        results_record.parse_with_smoke(parser, {"repeats": 1, "window_ms": 500})
