@@ -132,6 +132,17 @@ def write_repository(repository: Path, chosen: list[Model]) -> None:
         python_model(config, model.source, repository / model.name)
 
 
+def record_name(args: argparse.Namespace, every_model: list[str]) -> str:
+    """python_backend_overhead, with the models and protocols measured when some are left out:
+    a part does not overwrite the whole run's figures."""
+    parts = ["python_backend_overhead"]
+    if sorted(args.models) != sorted(every_model):
+        parts.append("+".join(args.models))
+    if sorted(args.protocols) != sorted(PROTOCOLS):
+        parts.append("+".join(args.protocols))
+    return "-".join(parts)
+
+
 def main() -> None:
     everything = models()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -228,17 +239,6 @@ def main() -> None:
         "runs": [asdict(run) for run in runs],
     }
     write_record(record_name(args, [model.name for model in everything]), record, args.output)
-
-
-def record_name(args: argparse.Namespace, every_model: list[str]) -> str:
-    """python_backend_overhead, with the models and protocols measured when some are left out:
-    a part does not overwrite the whole run's figures."""
-    parts = ["python_backend_overhead"]
-    if sorted(args.models) != sorted(every_model):
-        parts.append("+".join(args.models))
-    if sorted(args.protocols) != sorted(PROTOCOLS):
-        parts.append("+".join(args.protocols))
-    return "-".join(parts)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ def parse_with_smoke(
 
 
 def _shown(value: Any) -> str:
+    """`value` as it would be typed after its option (a list: its items, space-separated)."""
     if isinstance(value, list | tuple):
         return " ".join(map(str, value))
     return str(value)
