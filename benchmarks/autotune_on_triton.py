@@ -9,12 +9,12 @@ returns what it found: the best feasible throughput among its trials (the figure
 Model Analyzer's "highest measurement within the budget"), the winner its own re-measure chose
 with its median, the trials it measured, its wall time, and the config.pbtxt it left in the
 repository (the config as written when that was the best). `write_result` / `load_result` keep
-it as benchmarks/results/autotune_on_triton-<model>.json.
+it as benchmarks/results/autotune_on_triton-<model>.json (results_record's header first, the
+tuner's own command line as tuner_command).
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import shutil
@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from peer import ROOT, revision, stop_group
+from peer import ROOT, stop_group
+from results_record import header, write_record
 
-from common.atomic import write_text_atomic
 from common.tied_child import tied_command
-from gate.machine import describe_machine
 
 # The tuner's exit codes that still leave a summary: 0 tuned, 3 nothing met the budget.
 SUMMARY_CODES = (0, 3)
@@ -173,6 +172,7 @@ def summarize(
             "config_pbtxt": written,
         }
     return {
+        **header("autotune_on_triton"),
         "model": model,
         "tool": "autotune",
         "budget_p95_ms": budget_ms,
@@ -186,12 +186,8 @@ def summarize(
         "stop_reason": summary["stop_reason"],
         "space": summary["space"],
         "wall_s": round(seconds, 1),
-        "date": datetime.date.today().isoformat(),
-        "machine": describe_machine(),
-        "revision": revision(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
         "smoke": smoke,
-        "command": command,
+        "tuner_command": command,
         "settings": {
             "protocol": settings.protocol,
             "trials": settings.trials,
@@ -207,17 +203,18 @@ def summarize(
 
 
 def write_result(result: dict[str, Any], directory: Path) -> Path:
-    path = directory / f"autotune_on_triton-{result['model']}.json"
-    write_text_atomic(path, json.dumps(result, indent=2) + "\n")
-    return path
+    """`result` as autotune_on_triton-<model>.json in `directory`."""
+    return write_record(f"autotune_on_triton-{result['model']}", result, directory)
 
 
 def load_result(model: str, directory: Path) -> dict[str, Any] | None:
-    """The recorded run for `model` (as `summarize` wrote it: model, tool, budget_p95_ms,
-    best_feasible (None, or a trial: number, key, throughput, p95_ms, concurrency, ...),
-    winner (None, or trial, key, throughput and p95_ms (its re-measure's medians),
-    concurrency, config_pbtxt), configs_measured, trials, wall_s, date, machine, revision,
-    command, settings, all_trials); None when there is none."""
+    """The recorded run for `model` (as `summarize` wrote it: the header (results_record.header:
+    benchmark, date, machine, revision, command), model, tool, budget_p95_ms, best_feasible
+    (None, or a trial: number, key, throughput, p95_ms, concurrency, ...), winner (None, or
+    trial, key, throughput and p95_ms (its re-measure's medians), concurrency, config_pbtxt),
+    configs_measured, trials, wall_s, tuner_command, settings, all_trials; in older files
+    `command` is the tuner's and load_average_1m stands beside machine); None when there is
+    none."""
     path = directory / f"autotune_on_triton-{model}.json"
     if not path.is_file():
         return None

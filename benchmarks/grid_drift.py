@@ -17,6 +17,10 @@ Scaling each candidate by the reference measured around it was tried on the seco
 to 1.8x (6.9k to 16.3k infer/s over the grid), far more than the machine's slow drift, so the
 scaling carried one reference's noise into every candidate near it. What decides is the live
 re-measure of the winners, interleaved on one server (benchmarks/tuner_quality.py).
+
+The series is kept beside the grid, benchmarks/results/tuner_quality-<model>-<space>.reference.json
+(results_record's header, the model, the drift and every reference measurement: its time,
+throughput and status). Used by benchmarks/tuner_quality.py; not a script.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from common.atomic import write_text_atomic
+from results_record import header, write_record
+
 from tuner.evaluate import EvaluationSettings
 from tuner.group_evaluate import GroupEvaluator
 from tuner.group_members import add_variants, prepare_member
@@ -90,8 +95,30 @@ def reference_path(bench: Setup) -> Path:
 
 
 def load_reference(bench: Setup) -> list[dict[str, object]]:
+    """The grid's reference series (time, throughput, status of each measurement), from the
+    record `write_reference` wrote or, in files written before 2026-12-05, the bare list."""
     path = reference_path(bench)
-    return json.loads(path.read_text()) if path.is_file() else []
+    if not path.is_file():
+        return []
+    document = json.loads(path.read_text())
+    series: list[dict[str, object]] = (
+        document if isinstance(document, list) else document["measurements"]
+    )
+    return series
+
+
+def write_reference(bench: Setup, series: list[dict[str, object]]) -> Path:
+    """`series` as <stem>.reference.json: results_record's header, the model, the drift over
+    the series and its limit, and every measurement."""
+    path = reference_path(bench)
+    record = {
+        **header("grid_drift"),
+        "model": bench.model,
+        "drift": drift(series),
+        "drift_limit": DRIFT_LIMIT,
+        "measurements": series,
+    }
+    return write_record(path.stem, record, path.parent)
 
 
 def measure_reference(bench: Setup) -> None:
@@ -107,7 +134,7 @@ def measure_reference(bench: Setup) -> None:
             "status": outcome.status,
         }
     )
-    write_text_atomic(reference_path(bench), json.dumps(series, indent=1) + "\n")
+    write_reference(bench, series)
     print(f"{bench.model}: reference (config as written) {outcome.throughput:,.0f} infer/s")
 
 

@@ -14,6 +14,12 @@ ours / before and ours / triton of the median throughputs, with the load average
 after (the machine may be shared: CPU per request moves less with the load than throughput).
 Installs perf_analyzer on first use; Triton only with --install-triton
 (scripts/install_triton_peer.sh), else when already there.
+
+Raw results: benchmarks/results/large_tensors.json, or large_tensors-<protocol>.json when
+--protocols picks one: results_record's header, the settings (the 'before' revision, whether
+Triton ran), the load averages, the in-process rate and every run (server, protocol,
+concurrency, infer/s, p95 in us, server CPU s per 1,000 requests). `--smoke` (c1, one repeat,
+1 s windows) writes into a new temporary folder, `--output` into the one it names.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 
 import large_model
@@ -43,6 +50,7 @@ from peer import (
     triton,
     worktree,
 )
+from results_record import header, parse_with_smoke, write_record
 from usage import UsageMonitor
 
 DEFAULT_BEFORE = "ca8a635"  # the revision before issue 32
@@ -116,13 +124,15 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=3)
     parser.add_argument("--no-triton", action="store_true", help="leave Triton out")
     parser.add_argument("--install-triton", action="store_true")
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"concurrency": [1], "repeats": 1, "window_ms": 1000})
 
     binary = install("install_perf_analyzer.sh")
     wrapper = None if args.no_triton else _triton_wrapper(args.install_triton)
     print(f"ours {revision()}; before: {args.a_revision}; triton: {wrapper or 'not installed'}")
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
-    print(f"in-process onnxruntime, one request at a time: {in_process():,.0f} infer/s")
+    load_at_start = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} cores, load average {load_at_start:.2f}")
+    in_process_rate = in_process()
+    print(f"in-process onnxruntime, one request at a time: {in_process_rate:,.0f} infer/s")
     runs: list[Run] = []
     cpu: dict[Run, float] = {}
     with tempfile.TemporaryDirectory() as scratch_name, ExitStack() as stack:
@@ -166,7 +176,27 @@ def main() -> None:
                             if usage is not None and usage.cpu_s_per_1000 is not None:
                                 cpu[run] = usage.cpu_s_per_1000
     _summary(runs, cpu, [s.name for s in servers])
-    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    load_at_end = os.getloadavg()[0]
+    print(f"load average at the end: {load_at_end:.2f}")
+    record = {
+        **header("large_tensors"),
+        "settings": {
+            "before_revision": args.a_revision,
+            "triton": str(wrapper) if wrapper is not None else None,
+            "servers": [s.name for s in servers],
+            "protocols": args.protocols,
+            "concurrency": args.concurrency,
+            "repeats": args.repeats,
+            "window_ms": args.window_ms,
+            "attempts": args.attempts,
+            "perf_analyzer": "2.51, -s 20 -r 15",
+        },
+        "load_average_1m": {"start": round(load_at_start, 2), "end": round(load_at_end, 2)},
+        "in_process_infer_per_s": in_process_rate,
+        "runs": [{**asdict(run), "cpu_s_per_1000": cpu.get(run)} for run in runs],
+    }
+    variant = "" if sorted(args.protocols) == sorted(protocols) else "-" + "+".join(args.protocols)
+    write_record(f"large_tensors{variant}", record, args.output)
 
 
 if __name__ == "__main__":

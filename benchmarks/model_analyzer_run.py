@@ -45,24 +45,20 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import datetime
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
-from peer import ROOT, free_port, revision, stop_group
+from peer import free_port, stop_group
+from results_record import RESULTS, header, write_record
 
-from common.atomic import write_text_atomic
 from common.tied_child import tied_command
-from gate.machine import describe_machine
 
 BUDGETS_MS = {"digits": 10.0, "resnet18": 150.0}
 MODES = ("quick", "optuna", "brute")
-RESULTS = ROOT / "benchmarks" / "results"
 MODEL_ANALYZER = "triton-model-analyzer 1.58.0"
 TRITON = "tritonserver 2.51.0 (nvidia-pytriton 0.7.0), python backend"
 DEFAULT_PROTOCOL = "grpc"  # Model Analyzer's default client_protocol
@@ -245,9 +241,8 @@ def summarize(
     seconds: float,
     smoke: bool,
     config: dict[str, Any],
-    command: list[str],
 ) -> dict[str, Any]:
-    """The run's figures; `command` is the benchmark's own command line."""
+    """The run's figures, after the common header (results_record.header)."""
     measurements = read_measurements(run_dir)
     budget = BUDGETS_MS[model]
     feasible = [m for m in measurements if m["p95_ms"] <= budget]
@@ -259,6 +254,7 @@ def summarize(
     }
     settings = {key: config[key] for key in sorted(changed) if key in config}
     return {
+        **header("model_analyzer"),
         "model": model,
         "mode": mode,
         "budget_p95_ms": budget,
@@ -266,11 +262,6 @@ def summarize(
         "configs_measured": len({m["config"] for m in measurements}),
         "measurements": len(measurements),
         "wall_s": round(seconds, 1),
-        "date": datetime.date.today().isoformat(),
-        "machine": describe_machine(),
-        "revision": revision(),
-        "command": command,
-        "load_average_1m": round(os.getloadavg()[0], 2),
         "smoke": smoke,
         "settings": settings,
         "tools": {"model_analyzer": MODEL_ANALYZER, "server": TRITON},
@@ -279,19 +270,19 @@ def summarize(
 
 
 def write_result(result: dict[str, Any], directory: Path) -> Path:
-    path = directory / f"model_analyzer-{result['model']}-{result['mode']}.json"
-    write_text_atomic(path, json.dumps(result, indent=2) + "\n")
-    return path
+    """`result` as model_analyzer-<model>-<mode>.json in `directory`."""
+    return write_record(f"model_analyzer-{result['model']}-{result['mode']}", result, directory)
 
 
 def load_results(model: str, directory: Path = RESULTS) -> list[dict[str, Any]]:
     """Model Analyzer's recorded runs for `model`, one dict per mode (quick, optuna, brute), as
-    `summarize` wrote them: model, mode, budget_p95_ms, best (None, or config, concurrency,
+    `summarize` wrote them: the header (results_record.header: benchmark, date, machine,
+    revision, command), model, mode, budget_p95_ms, best (None, or config, concurrency,
     max_batch_size, instance_group, throughput, p95_ms, p99_ms, satisfies_constraints,
-    config_pbtxt), configs_measured, measurements, wall_s, date, machine, load_average_1m, smoke,
-    settings (the string "Model Analyzer's defaults" in files written before 2026-12-05),
-    tools, all_measurements; since 2026-12-05 also revision and command. Empty when none was
-    recorded."""
+    config_pbtxt), configs_measured, measurements, wall_s, smoke, settings, tools,
+    all_measurements. Older files: no benchmark, load_average_1m beside machine rather than in
+    it, command a list; before 2026-12-05 no revision or command, and settings the string
+    "Model Analyzer's defaults". Empty when none was recorded."""
     results = []
     for mode in MODES:
         path = directory / f"model_analyzer-{model}-{mode}.json"

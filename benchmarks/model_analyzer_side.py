@@ -63,10 +63,7 @@ install_perf_analyzer.sh (all under .cache/).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -87,12 +84,10 @@ from model_analyzer_run import (
     write_result,
 )
 from model_analyzer_run import MODES as MA_MODES
-from peer import ROOT, check_outputs, install, revision, run_main, triton
+from peer import ROOT, check_outputs, install, run_main, triton
 from python_models import ORT_TOLERANCE, build_bundled, reference, write_python_repository
+from results_record import header, write_record
 from triton_remeasure import Contender, SweepSettings, group_contenders, remeasure, write_served
-
-from common.atomic import write_text_atomic
-from gate.machine import describe_machine
 
 MODES = (*MA_MODES, "autotune")
 DEFAULT_MODES = ("quick", "autotune", "optuna")
@@ -140,7 +135,7 @@ def run_model_analyzer(
     config = profile_config(model, mode, repository, run_dir, paths, args.smoke, args.protocol)
     print(f"{model} {mode}: model-analyzer profile ...", flush=True)
     seconds = run_profile(paths["model_analyzer"], paths["triton"], config, run_dir)
-    return summarize(model, mode, run_dir, seconds, args.smoke, config, sys.argv)
+    return summarize(model, mode, run_dir, seconds, args.smoke, config)
 
 
 def recorded_quick(model: str, directory: Path, smoke: bool) -> dict[str, Any] | None:
@@ -287,13 +282,9 @@ def side_by_side(
     searches = search_rows(model, args.output)
     ratios, checks = goal_checks(measured, searches)
     return {
+        **header("model_analyzer_side"),
         "model": model,
         "budget_p95_ms": BUDGETS_MS[model],
-        "date": datetime.date.today().isoformat(),
-        "machine": describe_machine(),
-        "revision": revision(),
-        "command": sys.argv,
-        "load_average_1m": round(os.getloadavg()[0], 2),
         "smoke": args.smoke,
         "tools": {
             "server": TRITON,
@@ -361,9 +352,8 @@ def print_side_by_side(result: dict[str, Any]) -> None:
 
 
 def write_side_by_side(result: dict[str, Any], directory: Path) -> Path:
-    path = directory / f"model_analyzer_side-{result['model']}.json"
-    write_text_atomic(path, json.dumps(result, indent=2) + "\n")
-    return path
+    """`result` as model_analyzer_side-<model>.json in `directory`."""
+    return write_record(f"model_analyzer_side-{result['model']}", result, directory)
 
 
 def parse_args() -> argparse.Namespace:
@@ -470,13 +460,13 @@ def main() -> None:
                         settings,
                         args.smoke,
                     )
-                    print(f"{model} autotune: {write_autotune(ours, args.output)}", flush=True)
+                    write_autotune(ours, args.output)
                 else:
                     result = run_model_analyzer(model, mode, repository, scratch, paths, args)
-                    print(f"{model} {mode}: {write_result(result, args.output)}", flush=True)
+                    write_result(result, args.output)
             if args.repeats > 0:
                 result = side_by_side(model, repository, scratch, paths, args)
-                print(f"{model}: {write_side_by_side(result, args.output)}", flush=True)
+                write_side_by_side(result, args.output)
                 print_side_by_side(result)
     print(f"\nwall time: {(time.monotonic() - started) / 60:.1f} min; results in {args.output}")
 

@@ -14,6 +14,12 @@ and the ratios B / A of the median throughput and of the median CPU per request.
     python benchmarks/ours_ab.py --a-revision 196d69d --a-flag= --b-flag=   # a revision (A,
         # from a temporary git worktree) against this checkout (B), the same flags
 
+Raw results: benchmarks/results/ours_ab-<model>.json, or ours_ab-<model>-<protocols>.json
+(joined by "+") when --protocols is not the default http: results_record's header, the settings
+(both sides' flags, A's revision) and every run (side, protocol, concurrency, infer/s, p95 in
+us, server CPU s per 1,000 requests). `--smoke` (c1, one repeat, 1 s windows) writes into a
+new temporary folder, `--output` into the one it names.
+
 Installs perf_analyzer on first use (scripts/install_perf_analyzer.sh, under .cache/).
 """
 
@@ -25,7 +31,7 @@ import shutil
 import statistics
 import tempfile
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from peer import (
@@ -41,6 +47,7 @@ from peer import (
     worktree,
 )
 from python_models import reference, simple_reference
+from results_record import header, parse_with_smoke, write_record
 from usage import UsageMonitor
 
 
@@ -88,7 +95,7 @@ def main() -> None:
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--attempts", type=int, default=3)
     parser.add_argument("--a-revision", help="A runs this git revision's server (B: this checkout)")
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"concurrency": [1], "repeats": 1, "window_ms": 1000})
     a_flags = [f for f in args.a_flag or ["--http-front-end=uvicorn"] if f]
     b_flags = [f for f in args.b_flag or ["--http-front-end=native"] if f]
     names = ("A", "B")
@@ -140,7 +147,27 @@ def main() -> None:
                             cpu = usage.cpu_s_per_1000 if usage is not None else None
                             samples.append(Sample(run, cpu))
     _print_summary(samples, names)
-    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    load_at_end = os.getloadavg()[0]
+    print(f"load average at the end: {load_at_end:.2f}")
+    record = {
+        **header("ours_ab"),
+        "settings": {
+            "model": args.model,
+            "a_flags": a_flags,
+            "b_flags": b_flags,
+            "a_revision": args.a_revision,
+            "protocols": args.protocols,
+            "concurrency": args.concurrency,
+            "repeats": args.repeats,
+            "window_ms": args.window_ms,
+            "attempts": args.attempts,
+            "perf_analyzer": "2.51, -s 20 -r 15",
+        },
+        "load_average_1m_at_end": round(load_at_end, 2),
+        "runs": [{**asdict(s.run), "cpu_s_per_1000": s.cpu_s_per_1000} for s in samples],
+    }
+    protocols = "" if args.protocols == ["http"] else "-" + "+".join(args.protocols)
+    write_record(f"ours_ab-{args.model}{protocols}", record, args.output)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,12 @@ windows never stabilise (a busy machine) is measured again, up to `--attempts` t
 out: `n` says how many runs a median holds. Both servers are stopped at the end, on Ctrl-C and
 SIGTERM too.
 
+Raw results: benchmarks/results/python_backend_overhead.json, or
+python_backend_overhead-<models>-<protocols>.json (names joined by "+") when --models or
+--protocols leave some out: results_record's header, the settings and every run (server, cell,
+concurrency, infer/s, p95 in us). `--smoke` (simple, HTTP, c1, one repeat, 1 s windows) writes
+into a new temporary folder, `--output` into the one it names.
+
 Installs on first use: scripts/install_perf_analyzer.sh and scripts/install_triton_peer.sh
 (both under .cache/). Run: python benchmarks/python_backend_overhead.py [--repeats 3]
 """
@@ -28,7 +34,7 @@ import argparse
 import os
 import tempfile
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +52,7 @@ from peer import (
     summary,
     triton,
 )
+from results_record import header, parse_with_smoke, write_record
 from tritonclient.grpc import model_config_pb2 as mc
 
 PROTOCOLS = ("http", "grpc")
@@ -125,6 +132,17 @@ def write_repository(repository: Path, chosen: list[Model]) -> None:
         python_model(config, model.source, repository / model.name)
 
 
+def record_name(args: argparse.Namespace, every_model: list[str]) -> str:
+    """python_backend_overhead, with the models and protocols measured when some are left out:
+    a part does not overwrite the whole run's figures."""
+    parts = ["python_backend_overhead"]
+    if sorted(args.models) != sorted(every_model):
+        parts.append("+".join(args.models))
+    if sorted(args.protocols) != sorted(PROTOCOLS):
+        parts.append("+".join(args.protocols))
+    return "-".join(parts)
+
+
 def main() -> None:
     everything = models()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -148,7 +166,14 @@ def main() -> None:
         metavar="FLAG",
         help="a flag for our server, e.g. --ours-flag=--grpc-front-end=grpcio (repeatable)",
     )
-    args = parser.parse_args()
+    smoke = {
+        "models": ["simple"],
+        "protocols": ["http"],
+        "concurrency": [1],
+        "repeats": 1,
+        "window_ms": 1000,
+    }
+    args = parse_with_smoke(parser, smoke)
     chosen = [model for model in everything if model.name in args.models]
 
     binary = install("install_perf_analyzer.sh")
@@ -196,7 +221,24 @@ def main() -> None:
                             if run is not None:
                                 runs.append(run)
     summary(runs, cells, args.concurrency)
-    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    load_at_end = os.getloadavg()[0]
+    print(f"load average at the end: {load_at_end:.2f}")
+    record = {
+        **header("python_backend_overhead"),
+        "settings": {
+            "models": args.models,
+            "protocols": args.protocols,
+            "concurrency": args.concurrency,
+            "repeats": args.repeats,
+            "window_ms": args.window_ms,
+            "attempts": args.attempts,
+            "ours_flags": args.ours_flag,
+            "perf_analyzer": "2.51, -s 20 -r 15",
+        },
+        "load_average_1m_at_end": round(load_at_end, 2),
+        "runs": [asdict(run) for run in runs],
+    }
+    write_record(record_name(args, [model.name for model in everything]), record, args.output)
 
 
 if __name__ == "__main__":

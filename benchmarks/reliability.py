@@ -21,6 +21,11 @@ loopback only, and the counts docs/reliability.md quotes.
 
     python benchmarks/reliability.py                     # ~2 minutes
     python benchmarks/reliability.py --burst 500000 --connections 2000 --fuzz 1000000
+
+Raw results: benchmarks/results/reliability.json (results_record's header, the settings, each
+throughput run's infer/s and p95, and every step's counts as printed). `--smoke` (a few hundred
+requests a step, one repeat, 1 s windows) writes into a new temporary folder, `--output` into
+the one it names.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -45,6 +52,7 @@ import psutil
 from fuzz_requests import fuzzed_requests
 from peer import ROOT, Server, install, measure, median_range, ours, run_main
 from raw_load import Tally, request_bytes, send_all
+from results_record import header, parse_with_smoke, write_record
 
 from serve.backends.python.process import STUB_MODULE
 
@@ -108,7 +116,7 @@ def _countdown(request: bytes, count: int) -> Callable[[], bytes | None]:
     return next_request
 
 
-def burst(server: Server, requests: int, connections: int) -> None:
+def burst(server: Server, requests: int, connections: int) -> dict[str, Any]:
     base = f"http://{server.urls['http']}"
     host, port = server.urls["http"].rsplit(":", 1)
     pid = server.process.pid
@@ -132,9 +140,22 @@ def burst(server: Server, requests: int, connections: int) -> None:
     )
     if other or lost or (after[0] - before[0], after[1] - before[1]) != (ok, shed):
         raise SystemExit("burst: answers and statistics disagree")
+    return {
+        "requests": requests,
+        "connections": connections,
+        "seconds": seconds,
+        "answered_200": ok,
+        "shed_503": shed,
+        "other": {str(code): n for code, n in other.items()},
+        "lost": lost,
+        "statistics_successes": after[0] - before[0],
+        "statistics_failures": after[1] - before[1],
+        "rss_kb_before": rss,
+        "rss_kb_peak": peak,
+    }
 
 
-def fuzz(server: Server, count: int, connections: int, seed: int) -> None:
+def fuzz(server: Server, count: int, connections: int, seed: int) -> dict[str, Any]:
     """Nearly-right requests (benchmarks/fuzz_requests.py) to `simple`: every one answered,
     none with 5xx, every error a JSON object with a message; the server's peak RSS."""
     host, port = server.urls["http"].rsplit(":", 1)
@@ -154,6 +175,16 @@ def fuzz(server: Server, count: int, connections: int, seed: int) -> None:
     )
     if set(by_class) - {"2xx", "4xx"} or unexplained or tally.sent() != count:
         raise SystemExit(f"fuzz: an answer that is not 2xx/4xx with a message: {tally.codes}")
+    return {
+        "requests": count,
+        "seed": seed,
+        "connections": connections,
+        "seconds": seconds,
+        "answers": dict(sorted(by_class.items())),
+        "errors_without_a_message": len(unexplained),
+        "rss_kb_before": rss,
+        "rss_kb_peak": peak,
+    }
 
 
 def _has_message(body: bytes) -> bool:
@@ -164,7 +195,7 @@ def _has_message(body: bytes) -> bool:
     return isinstance(error, str) and bool(error)
 
 
-def idle_cpu(server: Server, label: str, seconds: float = 3.0) -> None:
+def idle_cpu(server: Server, label: str, seconds: float = 3.0) -> dict[str, Any]:
     """CPU seconds the server's process tree uses while no client sends anything: a task or
     thread left spinning by the abuse would show here, whatever the host's noise."""
     root = psutil.Process(server.process.pid)
@@ -175,10 +206,18 @@ def idle_cpu(server: Server, label: str, seconds: float = 3.0) -> None:
     for process in processes:
         with contextlib.suppress(psutil.Error):
             used += sum(process.cpu_times()[:2]) - started[process.pid]
+    idle = {
+        "seconds": seconds,
+        "cpu_s": used,
+        "threads": root.num_threads(),
+        "descriptors": root.num_fds(),
+        "rss_kb": _status_kb(root.pid, "VmRSS"),
+    }
     print(
-        f"idle {label}: {used:.2f} CPU s in {seconds:g} s; {root.num_threads()} threads, "
-        f"{root.num_fds()} descriptors, RSS {_status_kb(root.pid, 'VmRSS') / 1024:.0f} MB"
+        f"idle {label}: {used:.2f} CPU s in {seconds:g} s; {idle['threads']} threads, "
+        f"{idle['descriptors']} descriptors, RSS {idle['rss_kb'] / 1024:.0f} MB"
     )
+    return idle
 
 
 def _stubs(pid: int) -> list[psutil.Process]:
@@ -192,7 +231,7 @@ def _stubs(pid: int) -> list[psutil.Process]:
     return stubs
 
 
-def stub_kills(server: Server, kills: int, connections: int) -> None:
+def stub_kills(server: Server, kills: int, connections: int) -> dict[str, Any]:
     """SIGKILL the slow model's stub process `kills` times under load from `connections`
     clients: requests fail only while it is down, every request is answered, and a new stub
     serves after each kill."""
@@ -236,9 +275,16 @@ def stub_kills(server: Server, kills: int, connections: int) -> None:
     )
     if after.status_code != 200 or set(tally.codes) - {200, 500, 503}:
         raise SystemExit(f"stub kills: the model did not come back ({after.status_code})")
+    return {
+        "kills": kills,
+        "connections": connections,
+        "requests": tally.sent(),
+        "answers": {str(code): n for code, n in tally.codes.items()},
+        "errors": dict(errors),
+    }
 
 
-def disconnects(server: Server, count: int) -> None:
+def disconnects(server: Server, count: int) -> dict[str, Any]:
     host, port = server.urls["http"].rsplit(":", 1)
     pid = server.process.pid
     request = (
@@ -254,13 +300,15 @@ def disconnects(server: Server, count: int) -> None:
     deadline = time.monotonic() + 60
     while _fds(pid) > fds_before + 2 and time.monotonic() < deadline:
         time.sleep(0.2)
+    fds_after = _fds(pid)
     print(
         f"disconnects: {count:,} clients gone mid-request; open descriptors {fds_before} before, "
-        f"{_fds(pid)} after"
+        f"{fds_after} after"
     )
+    return {"clients": count, "descriptors_before": fds_before, "descriptors_after": fds_after}
 
 
-def refusals(server: Server, count: int) -> None:
+def refusals(server: Server, count: int) -> dict[str, Any]:
     host, port = server.urls["http"].rsplit(":", 1)
     codes: Counter[int] = Counter()
     head = b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (
@@ -275,6 +323,7 @@ def refusals(server: Server, count: int) -> None:
         sock.settimeout(30)
         codes[int(sock.recv(64).split(b" ", 2)[1])] += 1
     print(f"refusals: {count:,} oversized bodies and one half-sent request answered {dict(codes)}")
+    return {"oversized": count, "half_sent": 1, "answers": {str(c): n for c, n in codes.items()}}
 
 
 def main() -> None:
@@ -288,13 +337,24 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--stub-kills", type=int, default=10)
     parser.add_argument("--window-ms", type=int, default=2000)
-    args = parser.parse_args()
+    smoke = {
+        "burst": 500,
+        "connections": 32,
+        "disconnects": 100,
+        "oversized": 10,
+        "fuzz": 1000,
+        "repeats": 1,
+        "stub_kills": 1,
+        "window_ms": 1000,
+    }
+    args = parse_with_smoke(parser, smoke)
     binary = install("install_perf_analyzer.sh")
     with tempfile.TemporaryDirectory(prefix="reliability-") as scratch_dir:
         scratch = Path(scratch_dir)
         flags = ("--http-max-input-size", str(LIMIT), "--http-read-timeout", "2")
         with ours(_repository(scratch), scratch / "server.log", flags) as server:
             runs: dict[str, list[float]] = {"warm-up": [], "before": [], "after": []}
+            measured: list[dict[str, Any]] = []  # every run: cell is the label
 
             def throughput(label: str) -> None:
                 run = measure(
@@ -311,17 +371,18 @@ def main() -> None:
                 )
                 if run is not None:
                     runs[label].append(run.infer_per_s)
+                    measured.append(asdict(run))
 
             throughput("warm-up")  # a fresh server's first runs pay for first allocations
             for _ in range(args.repeats):
                 throughput("before")
-            idle_cpu(server, "before")
-            burst(server, args.burst, args.connections)
-            fuzz(server, args.fuzz, 32, args.seed)
-            disconnects(server, args.disconnects)
-            stub_kills(server, args.stub_kills, 16)
-            refusals(server, args.oversized)
-            idle_cpu(server, "after")
+            steps = {"idle_before": idle_cpu(server, "before")}
+            steps["burst"] = burst(server, args.burst, args.connections)
+            steps["fuzz"] = fuzz(server, args.fuzz, 32, args.seed)
+            steps["disconnects"] = disconnects(server, args.disconnects)
+            steps["stub_kills"] = stub_kills(server, args.stub_kills, 16)
+            steps["refusals"] = refusals(server, args.oversized)
+            steps["idle_after"] = idle_cpu(server, "after")
             for _ in range(args.repeats):
                 throughput("after")
             if runs["before"] and runs["after"]:
@@ -330,6 +391,17 @@ def main() -> None:
                     f"simple c8: before {median_range(runs['before'], ',.0f')}, after "
                     f"{median_range(runs['after'], ',.0f')} infer/s: after / before {ratio:.2f}"
                 )
+    record = {
+        **header("reliability"),
+        "settings": {
+            **{name: value for name, value in vars(args).items() if name != "output"},
+            "server_flags": list(flags),
+            "throughput": "simple, HTTP, c8, perf_analyzer 2.51 -s 20 -r 15, up to 3 attempts",
+        },
+        "throughput_runs": measured,
+        "steps": steps,
+    }
+    write_record("reliability", record, args.output)
 
 
 if __name__ == "__main__":

@@ -22,18 +22,15 @@ hit/none and miss/none of the medians; the raw runs go to benchmarks/results/res
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import shutil
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from peer import ROOT, Run, install, measure, ours, revision, run_main
+from peer import ROOT, Run, install, measure, ours, run_main
+from results_record import header, write_record
 
 CACHE_BYTES = 65536
 CELLS = ("hit", "miss", "none")
@@ -151,16 +148,9 @@ def report(runs: list[tuple[str, Run]], models: list[str], concurrencies: list[i
 
 
 def write_results(args: argparse.Namespace, runs: list[tuple[str, Run]]) -> None:
+    """The raw runs as `args.output` (a JSON file), after the common header."""
     record = {
-        "benchmark": "response_cache",
-        "date": datetime.date.today().isoformat(),
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "platform": platform.platform(),
-            "load_average_1m": os.getloadavg()[0],
-        },
-        "revision": revision(),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        **header("response_cache"),
         "cache_bytes": CACHE_BYTES,
         "window_ms": args.window_ms,
         "runs": [
@@ -174,9 +164,8 @@ def write_results(args: argparse.Namespace, runs: list[tuple[str, Run]]) -> None
             for model, run in runs
         ],
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"\nraw runs: {args.output}")
+    print()
+    write_record(args.output.stem, record, args.output.parent)
 
 
 if __name__ == "__main__":

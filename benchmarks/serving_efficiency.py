@@ -7,6 +7,10 @@ For `resnet18` and `digits` it measures, in one run on this machine:
      connections, one-row requests as clients send them) with the model's dynamic batching,
      at a concurrency that keeps the server busy, measured by `autotune perf`'s engine,
 and prints both with their ratio. Run: python benchmarks/serving_efficiency.py [--seconds 10]
+
+Raw results: benchmarks/results/serving_efficiency.json (results_record's header, the settings,
+per model every in-process batch size's rate, the served rate, the ratio and the server's CPU);
+`--smoke` (1 s a figure) writes into a new temporary folder, `--output` into the one it names.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 import onnxruntime as ort
 import psutil
 from in_process import InProcess
+from results_record import header, parse_with_smoke, write_record
 
 from analyzer.api import LoadLevel, LoadOptions, MeasureSettings, measure
 from common.serve_process import start_serve_process, stop_serve_process
@@ -36,16 +41,20 @@ MODELS = {
 }
 
 
-def in_process_throughput(model: str, seconds: float) -> tuple[float, int]:
-    """Best inferences/s over the batch sizes, and the batch size that gave it."""
+def in_process_throughput(model: str, seconds: float) -> dict[int, float]:
+    """Inferences/s at each batch size."""
     _, _, sizes, _ = MODELS[model]
     runtime = InProcess(model, REPOSITORY)
-    best = (0.0, 0)
+    rates = {}
     for size in sizes:
-        rate = runtime.rate(size, seconds / len(sizes))
-        print(f"  in-process {model} batch {size:>3}: {rate:10.1f} infer/s")
-        best = max(best, (rate, size))
-    return best
+        rates[size] = runtime.rate(size, seconds / len(sizes))
+        print(f"  in-process {model} batch {size:>3}: {rates[size]:10.1f} infer/s")
+    return rates
+
+
+def best_batch(rates: dict[int, float]) -> tuple[float, int]:
+    """The best inferences/s over the batch sizes, and the batch size that gave it."""
+    return max((rate, size) for size, rate in rates.items())
 
 
 def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -72,7 +81,7 @@ def served_throughput(url: str, model: str, seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement per figure")
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"seconds": 1.0})
     subprocess.run(
         [
             sys.executable,
@@ -103,13 +112,31 @@ def main() -> None:
         f"{'model':<10} {'in-process (best batch)':>26} {'served over HTTP':>18} {'ratio':>7}"
         f" {'server CPU':>11}"
     )
+    figures = {}
     for model in MODELS:
-        rate, size = in_process[model]
+        rate, size = best_batch(in_process[model])
         print(
             f"{model:<10} {rate:>17.1f} (b={size:<3}) {served[model]:>18.1f} "
             f"{served[model] / rate:>7.2f} {server_cpu[model] * 100:>10.0f}%"
         )
+        figures[model] = {
+            "in_process_infer_per_s": {str(batch): r for batch, r in in_process[model].items()},
+            "best_batch": size,
+            "served_infer_per_s": served[model],
+            "ratio": served[model] / rate,
+            "server_cpu_cores": server_cpu[model],
+        }
     print("(server CPU: cores the server process used while serving; 100% = one core)")
+    settings = {
+        model: {"batch_sizes": sizes, "concurrency": concurrency}
+        for model, (_, _, sizes, concurrency) in MODELS.items()
+    }
+    record = {
+        **header("serving_efficiency"),
+        "settings": {"seconds": args.seconds, "onnxruntime": ort.__version__, "models": settings},
+        "models": figures,
+    }
+    write_record("serving_efficiency", record, args.output)
 
 
 if __name__ == "__main__":

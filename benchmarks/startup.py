@@ -9,7 +9,9 @@ readiness: ready once every model of the repository has loaded.
   (`python -c "from tuner.cli import main; main()" serve ...`, so this checkout's code), HTTP,
   gRPC and metrics on free 127.0.0.1 ports;
 - Triton 2.51: the wrapper scripts/install_triton_peer.sh prints, on its repository.
-Used by benchmarks/vs_triton.py; not a script.
+Used by benchmarks/vs_triton.py (every start's seconds are in its raw results,
+benchmarks/results/vs_triton*.json, under "startups") and, for its command and timing,
+benchmarks/startup_ab.py; not a script.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ The base revision is checked out in a temporary git worktree; each server runs i
 repository, free 127.0.0.1 ports, the clock and readiness as benchmarks/startup.py has them.
 Rounds alternate which goes first. Prints each start, then per side the median [range] of the
 seconds to ready and of the CPU seconds, and the ratios this / base per round.
+
+Raw results: benchmarks/results/startup_ab.json (results_record's header, the settings and
+every start: round, side, seconds to ready, CPU seconds); `--smoke` (one round) writes into a
+new temporary folder, `--output` into the one it names.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from peer import free_port, wait_until_ready, worktree
+from results_record import header, parse_with_smoke, write_record
 from startup import POLL_INTERVAL_S, READY_TIMEOUT_S, ours_command
 from usage import tree_cpu_s
 
@@ -60,7 +66,7 @@ def main() -> None:
     parser.add_argument("--base", default="HEAD~1", help="the revision to compare with")
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     parser.add_argument("--rounds", type=int, default=8)
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"rounds": 1})
     repository = args.repository.resolve()
     base_rev = (
         subprocess.run(
@@ -76,6 +82,7 @@ def main() -> None:
         sides = {"this checkout": ROOT, f"base {base_rev}": base}
         seconds: dict[str, list[float]] = {name: [] for name in sides}
         cpu: dict[str, list[float]] = {name: [] for name in sides}
+        starts: list[dict[str, Any]] = []
         for round_number in range(args.rounds):
             order = list(sides.items())
             if round_number % 2:
@@ -84,6 +91,9 @@ def main() -> None:
                 wall, used = start_once(code, repository, Path(scratch) / "server.log")
                 seconds[name].append(wall)
                 cpu[name].append(used)
+                starts.append(
+                    {"round": round_number + 1, "side": name, "ready_s": wall, "cpu_s": used}
+                )
                 print(f"#{round_number + 1} {name}: ready in {wall:.2f} s, CPU {used:.2f} s")
         this, other = list(sides)
         for name in sides:
@@ -92,6 +102,18 @@ def main() -> None:
         for label, values in (("ready", seconds), ("CPU", cpu)):
             ratios = [a / b for a, b in zip(values[this], values[other], strict=True)]
             print(f"{label} {this} / {other}: {_describe(ratios)}")
+    record = {
+        **header("startup_ab"),
+        "settings": {
+            "base": args.base,
+            "base_revision": base_rev,
+            "repository": str(repository),
+            "rounds": args.rounds,
+            "poll_interval_s": POLL_INTERVAL_S,
+        },
+        "starts": starts,
+    }
+    write_record("startup_ab", record, args.output)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ A, B, A, B over the rounds; each round counts the images of as many forward() ca
 the medians, and of each round's pair).
 
     python benchmarks/torch_bf16.py [--rounds 5] [--seconds 3] [--batch 8] [--size 224]
+
+Raw results: benchmarks/results/torch_bf16.json (results_record's header, the settings, torch's
+version, threads and CPU capability, and each round's images/s of both); `--smoke` (one round of
+0.5 s) writes into a new temporary folder, `--output` into the one it names.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from results_record import header, parse_with_smoke, write_record
 
 from common.cpu import native_bf16
 from tuner.precision.torchscript import build_cast_module
@@ -46,7 +51,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224)
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"rounds": 1, "seconds": 0.5})
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="bf16-") as scratch:
         source, variant = Path(scratch) / "model.pt", Path(scratch) / "model.bf16.pt"
@@ -82,6 +87,21 @@ def main() -> None:
         f"{', '.join(f'{r:.2f}' for r in paired)} (median {statistics.median(paired):.2f}x, "
         f"range {min(paired):.2f}-{max(paired):.2f}x)"
     )
+    record = {
+        **header("torch_bf16"),
+        "settings": {
+            "rounds": args.rounds,
+            "seconds": args.seconds,
+            "batch": args.batch,
+            "size": args.size,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "native_bf16": native_bf16(),
+        },
+        "images_per_s": rates,  # per precision, one figure a round in order
+    }
+    write_record("torch_bf16", record, args.output)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ throughput each study found (median [range] over repeats); then each level of on
 each method with its windows (~: first pass) and seconds.
 
     python benchmarks/trial_cost.py [--trials 8] [--repeats 3] [--model digits] [--budget 10ms]
+
+Raw results: benchmarks/results/trial_cost-<model>.json (results_record's header, the settings
+and per method every trial's seconds and seconds outside the levels, in order, the trials
+pruned, each repeat's trial count and best throughput, the example trial). `--smoke` (2 trials,
+one repeat) writes into a new temporary folder, `--output` into the one it names.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from results_record import header, parse_with_smoke, write_record
 
 from serve.api import open_model_directory
 from tuner.budget import LatencyBudget
@@ -47,6 +54,7 @@ class Tally:
     seconds: list[float] = field(default_factory=list)
     outside_levels: list[float] = field(default_factory=list)  # load, connect, ...
     pruned: int = 0
+    trials: list[int] = field(default_factory=list)  # per repeat
     best: list[float] = field(default_factory=list)  # per repeat
     example: str = ""
 
@@ -96,7 +104,7 @@ def main() -> None:
     parser.add_argument("--model", default="digits")
     parser.add_argument("--budget", default="10ms", help="p95 latency budget")
     parser.add_argument("--verbose", action="store_true", help="print every trial's levels")
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"trials": 2, "repeats": 1})
     budget = LatencyBudget.parse(95, args.budget)
     tallies = {name: Tally() for name in METHODS}
     with tempfile.TemporaryDirectory() as scratch:
@@ -129,6 +137,7 @@ def main() -> None:
                         ),
                     )
                     best = result.best.outcome if result.best is not None else None
+                    tally.trials.append(len(result.trials))
                     tally.best.append(best.throughput if best is not None else 0.0)
                     print(
                         f"  repeat {repeat + 1} {name}: {len(result.trials)} trials, "
@@ -151,6 +160,19 @@ def main() -> None:
     print(f"mean seconds per trial, new / old: {new / old:.2f}")
     for name, tally in tallies.items():
         print(f"{name}, {tally.example}")
+    record = {
+        **header("trial_cost"),
+        "settings": {
+            "model": args.model,
+            "budget": budget.describe(),
+            "trials": args.trials,
+            "repeats": args.repeats,
+            "space_size": space.size,
+            "methods": METHODS,  # name -> first pass
+        },
+        "methods": {name: asdict(tally) for name, tally in tallies.items()},
+    }
+    write_record(f"trial_cost-{args.model}", record, args.output)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,12 @@ delays, preferred sizes), in three steps:
 1. The exhaustive grid, measured once (a trial per candidate, against a private server on a
    scratch copy of the model, nothing written back) and cached in benchmarks/results/: an
    Optuna study in a SQLite file, so `--grid-minutes` runs it in chunks across sessions;
-   once every candidate is measured, a JSON with the date, the machine, the model's SHA-256,
-   the budget, the space, every candidate's outcome and trial seconds. Each candidate is
-   measured as a search's trial is (a short first pass, full windows at the operating
-   point) but never pruned, so the wall times estimated from it are upper bounds of a run
-   whose losing trials are pruned. About an hour per model on 2 cores: run it on a quiet
-   machine.
+   once every candidate is measured, tuner_quality-<model>-<space>.json: results_record's
+   header (date, machine, revision, command), the model's SHA-256, the budget, the space,
+   every candidate's outcome and trial seconds. Each candidate is measured as a search's
+   trial is (a short first pass, full windows at the operating point) but never pruned, so
+   the wall times estimated from it are upper bounds of a run whose losing trials are
+   pruned. About an hour per model on 2 cores: run it on a quiet machine.
 2. Each method replayed over `--seeds` seeds against the cached grid (a tabular benchmark: a
    trial looks its candidate up in the grid, so every method sees the same measurements), at
    most `--share` of the grid's trials each, with `--patience`. Wall time is ESTIMATED from the
@@ -66,10 +66,11 @@ from grid_drift import (
     live_model,
     load_reference,
     measure_reference,
-    reference_path,
+    write_reference,
 )
 from model_analyzer_run import load_results
 from peer import median_range
+from results_record import header
 from tritonclient.grpc import model_config_pb2 as mc
 
 from common.atomic import write_text_atomic
@@ -255,7 +256,7 @@ def forget_grid_trials(bench: Setup, start: datetime, end: datetime) -> None:
     references = load_reference(bench)
     kept = [r for r in references if not start <= datetime.fromisoformat(str(r["time"])) <= end]
     if len(kept) < len(references):  # the drift is the quiet machine's, not the busy one's
-        write_text_atomic(reference_path(bench), json.dumps(kept, indent=1) + "\n")
+        write_reference(bench, kept)
     print(
         f"{bench.model}: {len(ids)} grid trials and {len(references) - len(kept)} reference "
         f"measurements of {start:%H:%M:%S}-{end:%H:%M:%S} forgotten"
@@ -309,8 +310,7 @@ def write_grid_json(bench: Setup, grid: Grid) -> Path:
     fingerprint = fingerprint_of(bench.options, opened.config, opened.model_file())
     key, best = table_optimum(table, bench.settings())
     document = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpu": _cpu_model(), "cores": usable_cpu_count()},
+        **header("tuner_quality"),
         "model": bench.model,
         "model_sha256": fingerprint["model_sha256"],
         "budget": bench.options.budget.describe(),

@@ -39,6 +39,12 @@ windows never stabilise is measured again up to `--attempts` times, then left ou
 Then it prints the tables (`--markdown`: in the layout of docs/benchmarks.md, with the date,
 machine, load average and command line). Servers are stopped at the end, on Ctrl-C too.
 
+Raw results: benchmarks/results/vs_triton.json, or vs_triton-<models>-<modes>.json (names
+joined by "+") when --models or --modes/--protocols leave out or add to the defaults:
+results_record's header, the settings, the load averages, and every run the tables are built
+from (vs_triton_report.raw). A --smoke run writes into a new temporary folder, --output into
+the one it names.
+
 Installs on first use: scripts/install_perf_analyzer.sh and scripts/install_triton_peer.sh
 (both under .cache/); missing generated model files are built first
 (scripts/build_model_repository.py).
@@ -57,6 +63,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnxruntime as ort
 from in_process import InProcess
@@ -74,9 +81,10 @@ from peer import (
     triton,
 )
 from python_models import build_bundled, bundled_config, check_data, write_python_repository
+from results_record import header, results_directory, write_record
 from startup import Startup, measure_startups
 from usage import UsageMonitor
-from vs_triton_report import Ceiling, Results, Sample, markdown, print_tables
+from vs_triton_report import Ceiling, Results, Sample, markdown, print_tables, raw
 
 from gate.machine import describe_machine
 
@@ -170,6 +178,13 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="digits, HTTP, c1, one repeat, 1 s windows, one start-up (flags given still count)",
     )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FOLDER",
+        help="folder of the raw results (default: benchmarks/results; --smoke: a new "
+        "temporary one)",
+    )
     args = parser.parse_args()
     for name, default in DEFAULTS.items():
         if getattr(args, name) is None:
@@ -181,7 +196,37 @@ def parse_args() -> argparse.Namespace:
     if args.modes is None:
         args.modes = list(args.protocols)
     args.servers = [name for name in SERVERS if name in args.servers]  # the columns' order
+    args.output = results_directory(args.output, args.smoke)
     return args
+
+
+def record_name(args: argparse.Namespace) -> str:
+    """vs_triton, with the models and the modes measured when they are not the defaults: a run
+    of a part of the table does not overwrite the whole table's figures."""
+    parts = ["vs_triton"]
+    if sorted(args.models) != sorted(PLANS):
+        parts.append("+".join(args.models))
+    if sorted(args.modes) != sorted(PROTOCOLS):
+        parts.append("+".join(args.modes))
+    return "-".join(parts)
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What the run measured, and how."""
+    return {
+        "models": args.models,
+        "modes": {mode: MODES[mode] for mode in args.modes},
+        "concurrency": {model: concurrencies(args, model) for model in args.models},
+        "window_ms": {model: window_ms(args, model) for model in args.models},
+        "repeats": args.repeats,
+        "attempts": args.attempts,
+        "servers": args.servers,
+        "ours_backend": args.ours_backend,
+        "ours_flags": args.ours_flag,
+        "startup_repeats": args.startup_repeats,
+        "perf_analyzer": "2.51, -s 20 -r 15",
+        "onnxruntime": ort.__version__,
+    }
 
 
 def concurrencies(args: argparse.Namespace, model: str) -> list[int]:
@@ -339,6 +384,13 @@ def main() -> None:
     else:
         print("\n".join(preamble(args, loads)))
         print_tables(results)
+    record = {
+        **header("vs_triton"),
+        "settings": settings(args),
+        "load_average": loads,
+        **raw(results),
+    }
+    write_record(record_name(args), record, args.output)
 
 
 if __name__ == "__main__":

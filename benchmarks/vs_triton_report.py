@@ -9,14 +9,16 @@ Per model, protocol and concurrency:
    server's median over it;
 3. resources: each server's median CPU seconds per 1,000 requests, highest peak RSS of its
    process tree, median rows per batch it ran.
-Then the start-up times. Not a script.
+Then the start-up times. `raw` gives every figure they are built from, for vs_triton.py's raw
+results (benchmarks/results/vs_triton*.json). Not a script.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from peer import Run
 from rich.console import Console
@@ -179,6 +181,15 @@ def sections(results: Results) -> list[Section]:
             )
         )
     return [section for section in found if section.rows]
+
+
+def raw(results: Results) -> dict[str, Any]:
+    """Every figure of `results` as JSON values: each server's perf_analyzer run (`samples`:
+    model, mode, its run's server, concurrency, infer/s and p95 in us, and its usage: CPU
+    seconds, peak RSS bytes and the requests, rows and batches served), each in-process run
+    (`ceilings`), each start-up's seconds (`startups`), the servers and cells in the tables'
+    order and the rounds asked for (`repeats`)."""
+    return asdict(results)
 
 
 def print_tables(results: Results) -> None:

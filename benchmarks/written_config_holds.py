@@ -17,6 +17,11 @@ against in-process onnxruntime first.
     python benchmarks/written_config_holds.py                          # ~4 minutes
     python benchmarks/written_config_holds.py --runs 10
     python benchmarks/written_config_holds.py --server tritonserver    # ~4 minutes
+
+Raw results: benchmarks/results/written_config_holds-<server>.json (results_record's header, the
+settings, and per run the reported throughput and concurrency, each re-served measurement's
+throughput and p95, their ratio and whether the p95 held). `--smoke` (one run, one measurement)
+writes into a new temporary folder, `--output` into the one it names.
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from peer import ROOT, Server, check_outputs, install, median_range, ours, run_main, triton
 from python_models import ORT_TOLERANCE, reference, write_python_repository
+from results_record import header, parse_with_smoke, write_record
 
 from analyzer.api import LoadLevel, LoadOptions, MeasureSettings, measure
 
@@ -76,9 +84,9 @@ def fresh_server(repository: Path, log: Path, tritonserver: Path | None) -> Iter
         yield server
 
 
-def one_run(index: int, repeats: int, tritonserver: Path | None) -> tuple[float, bool]:
-    """Served again / reported throughput (medians), and whether the median p95 held the
-    budget."""
+def one_run(index: int, repeats: int, tritonserver: Path | None) -> dict[str, Any]:
+    """The reported throughput and concurrency, the served-again measurements, their ratio
+    (served again / reported, medians) and whether the median p95 held the budget."""
     with tempfile.TemporaryDirectory(prefix="holds-") as scratch_dir:
         work = Path(scratch_dir)
         repository = work / "repository"
@@ -103,7 +111,14 @@ def one_run(index: int, repeats: int, tritonserver: Path | None) -> tuple[float,
         f"(budget {BUDGET_MS})",
         flush=True,
     )
-    return ratio, statistics.median(p95s) <= BUDGET_MS
+    return {
+        "concurrency": concurrency,
+        "reported_infer_per_s": reported,
+        "served_again_infer_per_s": throughputs,
+        "served_again_p95_ms": p95s,
+        "ratio": ratio,
+        "p95_held": statistics.median(p95s) <= BUDGET_MS,
+    }
 
 
 def main() -> None:
@@ -116,15 +131,28 @@ def main() -> None:
         default="autotune",
         help="tune and serve again on autotune serve, or on tritonserver 2.51",
     )
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"runs": 1, "repeats": 1})
     tritonserver = install("install_triton_peer.sh") if args.server == "tritonserver" else None
     runs = [one_run(i, args.repeats, tritonserver) for i in range(args.runs)]
-    ratios = [ratio for ratio, _ in runs]
-    held = sum(within for _, within in runs)
+    ratios = [run["ratio"] for run in runs]
+    held = sum(run["p95_held"] for run in runs)
     print(
         f"served again / reported on {args.server}: {median_range(ratios, '.2f')} "
         f"over {args.runs} runs; median p95 within the {BUDGET_MS} ms budget in {held} of them"
     )
+    record = {
+        **header("written_config_holds"),
+        "settings": {
+            "server": args.server,
+            "runs": args.runs,
+            "repeats": args.repeats,
+            "budget_p95_ms": BUDGET_MS,
+            "trial_interval_ms": TRIAL_INTERVAL_MS,
+            "check_windows": asdict(CHECK_WINDOWS),
+        },
+        "runs": runs,
+    }
+    write_record(f"written_config_holds-{args.server}", record, args.output)
 
 
 if __name__ == "__main__":
