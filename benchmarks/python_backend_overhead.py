@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import results_record
 from google.protobuf import text_format
 from peer import (
     SIMPLE_MODEL,
@@ -135,12 +136,10 @@ def write_repository(repository: Path, chosen: list[Model]) -> None:
 def record_name(args: argparse.Namespace, every_model: list[str]) -> str:
     """python_backend_overhead, with the models and protocols measured when some are left out:
     a part does not overwrite the whole run's figures."""
-    parts = ["python_backend_overhead"]
-    if sorted(args.models) != sorted(every_model):
-        parts.append("+".join(args.models))
-    if sorted(args.protocols) != sorted(PROTOCOLS):
-        parts.append("+".join(args.protocols))
-    return "-".join(parts)
+    return results_record.record_name(
+        "python_backend_overhead",
+        {"models": (args.models, every_model), "protocols": (args.protocols, PROTOCOLS)},
+    )
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,27 @@ def results_directory(output: Path | None, smoke: bool) -> Path:
     return RESULTS
 
 
+def add_output_option(parser: argparse.ArgumentParser) -> None:
+    """--output FOLDER: where the raw results go (`results_directory` resolves it)."""
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FOLDER",
+        help="folder of the raw results (default: benchmarks/results; --smoke: a new "
+        "temporary one)",
+    )
+
+
+def record_name(base: str, parts: Mapping[str, tuple[Sequence[str], Sequence[str]]]) -> str:
+    """`base`, then each part (chosen, every one) whose choice is not every one, its items
+    joined by "+": a run of a part does not overwrite the whole run's record."""
+    names = [base]
+    for chosen, every in parts.values():
+        if sorted(chosen) != sorted(every):
+            names.append("+".join(chosen))
+    return "-".join(names)
+
+
 def parse_with_smoke(
     parser: argparse.ArgumentParser, smoke: Mapping[str, Any]
 ) -> argparse.Namespace:
@@ -71,13 +92,7 @@ def parse_with_smoke(
     folder the records go to (`results_directory`)."""
     shown = ", ".join(f"--{name.replace('_', '-')} {_shown(v)}" for name, v in smoke.items())
     parser.add_argument("--smoke", action="store_true", help=f"a short check: {shown}")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        metavar="FOLDER",
-        help="folder of the raw results (default: benchmarks/results; --smoke: a new "
-        "temporary one)",
-    )
+    add_output_option(parser)
     args = parser.parse_args()
     unknown = set(smoke) - set(vars(args))
     if unknown:

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
+import results_record
 from in_process import InProcess
 from peer import (
     ROOT,
@@ -81,7 +82,7 @@ from peer import (
     triton,
 )
 from python_models import build_bundled, bundled_config, check_data, write_python_repository
-from results_record import header, results_directory, write_record
+from results_record import add_output_option, header, results_directory, write_record
 from startup import Startup, measure_startups
 from usage import UsageMonitor
 from vs_triton_report import Ceiling, Results, Sample, markdown, print_tables, raw
@@ -178,13 +179,7 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="digits, HTTP, c1, one repeat, 1 s windows, one start-up (flags given still count)",
     )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        metavar="FOLDER",
-        help="folder of the raw results (default: benchmarks/results; --smoke: a new "
-        "temporary one)",
-    )
+    add_output_option(parser)
     args = parser.parse_args()
     for name, default in DEFAULTS.items():
         if getattr(args, name) is None:
@@ -203,12 +198,9 @@ def parse_args() -> argparse.Namespace:
 def record_name(args: argparse.Namespace) -> str:
     """vs_triton, with the models and the modes measured when they are not the defaults: a run
     of a part of the table does not overwrite the whole table's figures."""
-    parts = ["vs_triton"]
-    if sorted(args.models) != sorted(PLANS):
-        parts.append("+".join(args.models))
-    if sorted(args.modes) != sorted(PROTOCOLS):
-        parts.append("+".join(args.modes))
-    return "-".join(parts)
+    return results_record.record_name(
+        "vs_triton", {"models": (args.models, list(PLANS)), "modes": (args.modes, PROTOCOLS)}
+    )
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
