@@ -54,6 +54,7 @@ from peer import ROOT, Server, install, measure, median_range, ours, run_main
 from raw_load import Tally, request_bytes, send_all
 from results_record import header, parse_with_smoke, write_record
 
+from serve.backends.python.launcher import LAUNCHER_MODULE
 from serve.backends.python.process import STUB_MODULE
 
 LIMIT = 1 << 20
@@ -221,10 +222,22 @@ def idle_cpu(server: Server, label: str, seconds: float = 3.0) -> dict[str, Any]
 
 
 def _stubs(pid: int) -> list[psutil.Process]:
+    """The python model processes under the server `pid`: those started as the stub module,
+    and those forked from the warm launcher (whose command line is the launcher's: a stub is a
+    launcher-module process whose parent is the launcher)."""
     stubs = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
-            if child.status() != psutil.STATUS_ZOMBIE and STUB_MODULE in child.cmdline():
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            command = child.cmdline()
+            parent = child.parent()
+            forked = (
+                LAUNCHER_MODULE in command
+                and parent is not None
+                and LAUNCHER_MODULE in parent.cmdline()
+            )
+            if STUB_MODULE in command or forked:
                 stubs.append(child)
         except psutil.Error:  # gone, or killed and not yet reaped
             continue
