@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -61,6 +62,10 @@ class Run:
     concurrency: int
     infer_per_s: float
     p95_us: int
+
+
+# perf_analyzer's stability: 20% between windows, at most 15 windows.
+STABILITY_FLAGS = ("-s", "20", "-r", "15")
 
 
 def install(script: str) -> Path:
@@ -281,7 +286,7 @@ def perf_analyzer(
         *("-m", model, "-u", server.urls[protocol], "-i", protocol, *flags),
         *("--concurrency-range", str(concurrency), "-p", str(window_ms)),
         # A shared 2-core machine: looser stability than the default 10%, more windows.
-        *("-s", "20", "-r", "15"),
+        *STABILITY_FLAGS,
         *("-f", str(csv_path)),
     ]
     result = subprocess.run(tied_command(command), capture_output=True, text=True, timeout=600)
@@ -300,6 +305,19 @@ def perf_analyzer(
     return Run(
         server.name, cell, concurrency, float(row["Inferences/Second"]), int(row["p95 latency"])
     )
+
+
+def measure_settings(args: Any) -> dict[str, Any]:
+    """How `measure` ran, for a raw results record: the sweep's protocols, concurrencies,
+    repeats, windows and attempts, and perf_analyzer's stability flags."""
+    return {
+        "protocols": args.protocols,
+        "concurrency": args.concurrency,
+        "repeats": args.repeats,
+        "window_ms": args.window_ms,
+        "attempts": args.attempts,
+        "perf_analyzer": f"2.51, {' '.join(STABILITY_FLAGS)}",
+    }
 
 
 def measure(
