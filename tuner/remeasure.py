@@ -133,27 +133,22 @@ def remeasure(
     search_best: int | None,
     min_throughput: float | None = None,
     deadline: float | None = None,
+    load_ceiling: int | None = None,
 ) -> Remeasured:
     """Measure `picked` again, interleaved, `settings.repeats` rounds (fewer when the next
     round would end past `deadline`, a time.monotonic() value; the first always runs), each
-    at the concurrency its search chose, and judge them."""
+    at the concurrency its search chose, and judge them. A candidate with headroom is also
+    measured at a higher load, at most `load_ceiling` (the highest concurrency any trial
+    reached; by default the highest among `picked`)."""
     states = [_State(trial) for trial in picked]
     rounds = _Rounds(load, measure, budget, settings.repeats, deadline)
     rounds.run(states)
-    # A candidate whose median percentile breaks the budget at the load its search chose
-    # (that load sat near the limit, and this moment of the machine is slower) is measured
-    # again, as many rounds, at the load that its own figures say fits the budget: the config
-    # may still be the best one, served a little below the load the search reported.
-    while not rounds.note:
-        over = [s for s in states if s.backs_off(budget)]
-        if not over:
-            break
-        for state in over:
-            state.lower_load(budget)
-        rounds.run(over)
+    ceiling = load_ceiling if load_ceiling is not None else highest_load(picked)
+    climbing = _start_climbs(states, rounds, budget, ceiling)
+    _measure_again(states, climbing, rounds, budget)
     judged = [judge(s.result(), budget, min_throughput) for s in states]
     winner = choose_winner(judged)
-    outcomes = {s.trial.number: s.outcome(budget) for s in states if s.metrics}
+    outcomes = {s.trial.number: s.outcome(budget) for s in states if s.repeats.metrics}
     result = RemeasureResult(
         repeats=settings.repeats,
         rounds=rounds.first_pass_rounds or 0,
@@ -161,9 +156,63 @@ def remeasure(
         candidates=tuple(judged),
         winner=None if winner is None else winner.trial,
         search_best=search_best,
-        note="; ".join(filter(None, [rounds.note, *(s.backed_off for s in states)])),
+        note=_notes(rounds, states),
     )
     return Remeasured(result, outcomes)
+
+
+def _notes(rounds: _Rounds, states: Sequence[_State]) -> str:
+    """How the rounds ended, and which loads were lowered or raised, and why."""
+    loads = [note for s in states for note in (s.backed_off, s.climbed)]
+    return "; ".join(filter(None, [rounds.note, *loads]))
+
+
+def highest_load(trials: Sequence[TrialRecord]) -> int:
+    """The highest concurrency any of `trials` was operated at (1 when none says)."""
+    loads = [t.outcome.metrics.get("concurrency", 1.0) for t in trials if t.outcome is not None]
+    return max(1, int(max(loads, default=1.0)))
+
+
+def _start_climbs(
+    states: Sequence[_State], rounds: _Rounds, budget: LatencyBudget, ceiling: int
+) -> list[_State]:
+    """The candidates whose first pass left headroom, set to measure at a higher load: a
+    trial's load search may stop a level early on a noisy short window, and a candidate
+    measured below what it serves loses to one measured at its full load. None when the
+    time budget leaves no round for them (their note says so)."""
+    climbing = [s for s in states if s.climb_load(budget, ceiling) is not None]
+    if rounds.note:  # the first pass was cut short: no time for more
+        return []
+    if not rounds.has_time_for(len(climbing)):
+        for state in climbing:
+            state.climbed = f"{state.headroom(budget)}: no time left to measure it higher"
+        return []
+    for state in climbing:
+        state.raise_load(budget, ceiling)
+    return climbing
+
+
+def _measure_again(
+    states: Sequence[_State], climbing: Sequence[_State], rounds: _Rounds, budget: LatencyBudget
+) -> None:
+    """The climbs' rounds, interleaved with the first back-off's, then the back-offs down to
+    the load that fits.
+
+    A candidate whose median percentile breaks the budget at the load its search chose (that
+    load sat near the limit, and this moment of the machine is slower) is measured again, as
+    many rounds, at the load that its own figures say fits the budget: the config may still
+    be the best one, served a little below the load the search reported."""
+    while not rounds.note:
+        over = [s for s in states if s.backs_off(budget)]
+        for state in over:
+            state.lower_load(budget)
+        again = [s for s in states if s in over or s in climbing]
+        if not again:
+            return
+        rounds.run(again)
+        for state in climbing:
+            state.settle_climb(budget)
+        climbing = []
 
 
 def judge(
@@ -254,6 +303,15 @@ class _Rounds:
         self.first_pass_rounds: int | None = None
         self.note = ""  # set when the deadline cut the rounds short
         self.loaded: int | None = None
+        self.measured_s = 0.0  # loading and measuring, over `measured` measurements
+        self.measured = 0
+
+    def has_time_for(self, count: int) -> bool:
+        """Whether `count` more measurements, as long as those so far, end by the deadline."""
+        if self.deadline is None or not self.measured:
+            return True
+        per_measurement = self.measured_s / self.measured
+        return time.monotonic() + count * per_measurement <= self.deadline
 
     def run(self, states: Sequence[_State]) -> None:
         """`repeats` rounds (fewer when the next would end past the deadline; the first
@@ -274,6 +332,7 @@ class _Rounds:
             self.first_pass_rounds = rounds
 
     def _measure(self, state: _State) -> None:
+        started = time.monotonic()
         try:
             if self.loaded != state.trial.number:
                 self.loaded = None
@@ -282,11 +341,39 @@ class _Rounds:
             state.add(self.measure(state.concurrency), self.budget)
         except (TunerError, AnalyzerError) as exc:
             state.message = f"dropped: {exc}"
+        self.measured_s += time.monotonic() - started
+        self.measured += 1
 
 
-# The load a candidate over the budget is measured again at: where its latency, which past
-# saturation grows in proportion to the load, would sit at this share of the limit.
+# The load a candidate is measured again at, lower (over the budget) or higher (headroom):
+# where its latency, which past saturation grows in proportion to the load, would sit at this
+# share of the limit. Below saturation latency grows less than that, so the figure is cautious.
 BACK_OFF_TARGET = 0.9
+# A climb at most doubles the load: the proportional figure is a guess further out.
+CLIMB_FACTOR = 2
+
+
+@dataclass(slots=True)
+class _Repeats:
+    """A candidate's repeats at one load."""
+
+    concurrency: int
+    metrics: list[Mapping[str, float]] = field(default_factory=list)
+    throughputs: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    stable: list[bool] = field(default_factory=list)
+
+    def fitting_load(self, budget: LatencyBudget) -> int:
+        """The concurrency at which its median latency, scaled with the load, sits at the
+        target share of the limit."""
+        latency = statistics.median(self.latencies)
+        return int(self.concurrency * budget.limit_us * BACK_OFF_TARGET / latency)
+
+    def describe(self, budget: LatencyBudget) -> str:
+        """E.g. 'median 112.4 infer/s, p95 42.44 ms'."""
+        throughput = statistics.median(self.throughputs)
+        latency = statistics.median(self.latencies)
+        return f"median {throughput:,.1f} infer/s, p{budget.percentile} {latency / 1000:.2f} ms"
 
 
 class _State:
@@ -296,13 +383,15 @@ class _State:
         self.trial = trial
         outcome = trial.outcome
         metrics = outcome.metrics if outcome is not None else {}
-        self.concurrency = max(1, int(metrics.get("concurrency", 1)))
-        self.metrics: list[Mapping[str, float]] = []
-        self.throughputs: list[float] = []
-        self.latencies: list[float] = []
-        self.stable: list[bool] = []
+        self.repeats = _Repeats(max(1, int(metrics.get("concurrency", 1))))
         self.message = ""
         self.backed_off = ""  # the last load it was over the budget at, in words
+        self.climbed = ""  # the higher load it was measured at, and which one it is judged at
+        self.below: _Repeats | None = None  # while climbing: its repeats at the load before
+
+    @property
+    def concurrency(self) -> int:
+        return self.repeats.concurrency
 
     def add(self, measurement: Measurement, budget: LatencyBudget) -> None:
         if measurement.error_count:
@@ -310,29 +399,84 @@ class _State:
         level = float(measurement.concurrency)
         search = LoadSearch(best=measurement, max_level=level, measurements=[measurement])
         outcome, _ = trial_outcome(search, budget)
-        self.metrics.append(outcome.metrics)
-        self.throughputs.append(measurement.throughput)
-        self.latencies.append(measurement.percentile_us(budget.percentile))
-        self.stable.append(measurement.stable)
+        self.repeats.metrics.append(outcome.metrics)
+        self.repeats.throughputs.append(measurement.throughput)
+        self.repeats.latencies.append(measurement.percentile_us(budget.percentile))
+        self.repeats.stable.append(measurement.stable)
 
     def backs_off(self, budget: LatencyBudget) -> bool:
         """Measured in full, its median percentile over the budget, and a lower load left."""
-        if self.message or not self.latencies or self.concurrency <= 1:
+        if self.message or not self.repeats.latencies or self.concurrency <= 1:
             return False
-        return statistics.median(self.latencies) > budget.limit_us
+        return statistics.median(self.repeats.latencies) > budget.limit_us
 
     def lower_load(self, budget: LatencyBudget) -> None:
         """Start again at the load its figures say fits the budget (at least one lower)."""
-        latency = statistics.median(self.latencies)
-        fitting = int(self.concurrency * budget.limit_us * BACK_OFF_TARGET / latency)
-        lower = max(1, min(self.concurrency - 1, fitting))
+        lower = max(1, min(self.concurrency - 1, self.repeats.fitting_load(budget)))
+        latency = statistics.median(self.repeats.latencies)
         self.backed_off = (
             f"trial {self.trial.number}: median p{budget.percentile} "
             f"{latency / 1000:.2f} ms at concurrency {self.concurrency}, measured again at "
             f"{lower}"
         )
-        self.concurrency = lower
-        self.metrics, self.throughputs, self.latencies, self.stable = [], [], [], []
+        self.repeats = _Repeats(lower)
+
+    def climb_load(self, budget: LatencyBudget, ceiling: int) -> int | None:
+        """The higher load its figures say fits, when at least one more client does (its
+        median latency x (c + 1) / c within the target share of the limit), at most
+        CLIMB_FACTOR x its load and `ceiling`; None when there is no such load."""
+        if self.message or not self.repeats.latencies or self.below is not None:
+            return None
+        if not statistics.median(self.repeats.latencies) > 0:  # no figure to scale
+            return None
+        higher = min(self.repeats.fitting_load(budget), CLIMB_FACTOR * self.concurrency, ceiling)
+        return higher if higher > self.concurrency else None
+
+    def headroom(self, budget: LatencyBudget) -> str:
+        """E.g. 'trial 0: median p95 42.44 ms at concurrency 4 (headroom)'."""
+        latency = statistics.median(self.repeats.latencies)
+        return (
+            f"trial {self.trial.number}: median p{budget.percentile} {latency / 1000:.2f} ms "
+            f"at concurrency {self.concurrency} (headroom)"
+        )
+
+    def raise_load(self, budget: LatencyBudget, ceiling: int) -> None:
+        """Start again at the higher load, keeping the repeats at this one to fall back on."""
+        higher = self.climb_load(budget, ceiling)
+        if higher is None:
+            return
+        self.climbed = f"{self.headroom(budget)}, measured again at {higher}"
+        self.below, self.repeats = self.repeats, _Repeats(higher)
+
+    def settle_climb(self, budget: LatencyBudget) -> None:
+        """Judged at the load with the higher median throughput whose median percentile is
+        within the budget: the higher one only when it is both."""
+        below, self.below = self.below, None
+        if below is None:
+            return
+        why_not = self._climb_refused(below, budget)
+        if why_not:
+            self.repeats, self.message = below, ""
+            self.climbed += f": judged at {below.concurrency} ({why_not})"
+        else:
+            self.climbed += (
+                f": judged at {self.concurrency} ({self.repeats.describe(budget)}, against "
+                f"{below.describe(budget)} at {below.concurrency})"
+            )
+
+    def _climb_refused(self, below: _Repeats, budget: LatencyBudget) -> str:
+        """Why its repeats at the higher load do not count ("" when they do)."""
+        higher = self.repeats
+        if self.message:
+            return f"at {higher.concurrency}: {self.message.removeprefix('dropped: ')}"
+        if not higher.latencies:
+            return f"not measured at {higher.concurrency}"
+        figures = f"at {higher.concurrency} {higher.describe(budget)}"
+        if statistics.median(higher.latencies) > budget.limit_us:
+            return f"{figures}, over {budget.limit}"
+        if statistics.median(higher.throughputs) <= statistics.median(below.throughputs):
+            return f"{figures}, not more than {below.describe(budget)}"
+        return ""
 
     def result(self) -> RemeasuredCandidate:
         outcome = self.trial.outcome
@@ -343,9 +487,9 @@ class _State:
             concurrency=self.concurrency,
             search_throughput=_throughput(self.trial),
             search_latency_us=outcome.latency_us if outcome is not None else None,
-            throughputs=tuple(self.throughputs),
-            latencies_us=tuple(self.latencies),
-            stable=tuple(self.stable),
+            throughputs=tuple(self.repeats.throughputs),
+            latencies_us=tuple(self.repeats.latencies),
+            stable=tuple(self.repeats.stable),
             message=self.message,
         )
 
@@ -353,21 +497,22 @@ class _State:
         """The repeats as the search's outcome holds its figures: every figure the median of
         the repeats, the statistic the winner was chosen on (throughput) and the budget judged
         on (percentile), so that "best / as written" compares what decided the write."""
-        names = set().union(*(m.keys() for m in self.metrics))
+        repeats = self.repeats
+        names = set().union(*(m.keys() for m in repeats.metrics))
         medians = {
-            name: statistics.median(m[name] for m in self.metrics if name in m) for name in names
+            name: statistics.median(m[name] for m in repeats.metrics if name in m) for name in names
         }
         medians["concurrency"] = float(self.concurrency)
         base = self.trial.outcome or TrialOutcome("ok")
         return replace(
             base,
             status="ok",
-            throughput=statistics.median(self.throughputs),
-            latency_us=statistics.median(self.latencies),
+            throughput=statistics.median(repeats.throughputs),
+            latency_us=statistics.median(repeats.latencies),
             metrics=medians,
             message=(
                 f"re-measured: the median throughput and percentile of "
-                f"{len(self.throughputs)} interleaved repeats"
+                f"{len(repeats.throughputs)} interleaved repeats"
             ),
         )
 

@@ -27,6 +27,7 @@ from tuner.remeasure import (
     Measurer,
     Remeasured,
     RemeasureSettings,
+    highest_load,
     pick_top,
     remeasure,
 )
@@ -254,6 +255,7 @@ def remeasure_search(
         search_best=result.best.number if result.best is not None else None,
         min_throughput=options.min_throughput,
         deadline=None if budget is None else started + budget.s,
+        load_ceiling=highest_load(result.trials),
     )
     outcome = remeasured.result
     winner = outcome.candidate(outcome.winner)

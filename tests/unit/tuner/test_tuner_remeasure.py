@@ -7,17 +7,19 @@ import io
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
-from analyzer.api import Measurement
+from analyzer.api import AnalyzerError, Measurement
 from tuner.budget import LatencyBudget
 from tuner.candidate import Candidate
 from tuner.duration import Duration
 from tuner.remeasure import (
     RemeasureSettings,
     choose_winner,
+    highest_load,
     judge,
     pick_top,
     remeasure,
@@ -134,7 +136,8 @@ def test_candidates_are_measured_interleaved_each_at_its_own_load() -> None:
 
     def measure(concurrency: int) -> Measurement:
         order.append(("measure", concurrency))
-        return _measurement(concurrency, next(figures[concurrency]), 10.0)
+        # Near the 20 ms limit: no headroom for a higher load.
+        return _measurement(concurrency, next(figures[concurrency]), 18.0)
 
     result = remeasure(trials, load, measure, BUDGET, SETTINGS, search_best=1).result
     assert order == [("load", 1), ("measure", 8), ("load", 2), ("measure", 2)] * 3
@@ -293,7 +296,7 @@ def test_a_candidate_over_the_budget_at_its_load_is_measured_again_below_it() ->
             return _measurement(8, 1000.0, 30.0)
         if concurrency == 4:
             return _measurement(4, 950.0, 15.0)
-        return _measurement(concurrency, 600.0, 10.0)
+        return _measurement(concurrency, 600.0, 18.0)  # no headroom at 2
 
     remeasured = remeasure(trials, lambda _c: None, measure, BUDGET, SETTINGS, search_best=1)
     assert loads == [8, 2, 8, 2, 8, 2, 4, 4, 4]
@@ -317,3 +320,161 @@ def test_a_candidate_over_the_budget_at_concurrency_1_is_dropped() -> None:
     assert loads == [2, 2, 2, 1, 1, 1]
     assert remeasured.result.winner is None
     assert "over 20 ms" in remeasured.result.candidates[0].message
+
+
+class _FakeServer:
+    """Serves fixed figures (infer/s, p95 ms) per loaded candidate (its instance_count) and
+    concurrency, and records what was measured, in order, as (instance_count, concurrency)."""
+
+    def __init__(self, figures: dict[tuple[int, int], tuple[float, float]]) -> None:
+        self.figures = figures
+        self.loaded = 0
+        self.measured: list[tuple[int, int]] = []
+
+    def load(self, candidate: Candidate) -> None:
+        self.loaded = int(candidate["instance_count"])
+
+    def measure(self, concurrency: int) -> Measurement:
+        self.measured.append((self.loaded, concurrency))
+        figure = self.figures.get((self.loaded, concurrency))
+        if figure is None:
+            raise AnalyzerError(f"no figures at concurrency {concurrency}")
+        return _measurement(concurrency, *figure)
+
+
+def _remeasure_on(
+    server: _FakeServer, trials: Sequence[TrialRecord], **options: Any
+) -> RemeasureResult:
+    return remeasure(
+        trials, server.load, server.measure, BUDGET, SETTINGS, search_best=1, **options
+    ).result
+
+
+def test_a_candidate_with_headroom_is_measured_again_at_a_higher_load_and_judged_there() -> None:
+    # As on resnet18 (2026-12): the config as written's search stopped at concurrency 4 with
+    # lots of headroom (8 ms of the 20 ms budget), and a challenger was measured at 8. Its
+    # figures say at least one more client fits (8 x 5 / 4 = 10 ms <= 18 ms), up to
+    # 4 x 18 / 8 = 9, capped at twice its load: 8. There it serves more than the challenger.
+    trials = [_trial(1, 1000.0, concurrency=8), _trial(0, 950.0, as_written=True, concurrency=4)]
+    server = _FakeServer({(1, 8): (1000.0, 17.0), (0, 4): (900.0, 8.0), (0, 8): (1010.0, 15.0)})
+    remeasured = remeasure(
+        trials, server.load, server.measure, BUDGET, SETTINGS, search_best=1, load_ceiling=16
+    )
+    result = remeasured.result
+    # Three interleaved rounds, then the climb's as many rounds at 8.
+    assert server.measured == [(1, 8), (0, 4)] * 3 + [(0, 8)] * 3
+    as_written = result.candidate(0)
+    assert as_written is not None and as_written.held and as_written.concurrency == 8
+    assert as_written.throughputs == (1010.0, 1010.0, 1010.0)
+    assert result.winner == 0
+    assert remeasured.outcomes[0].metrics["concurrency"] == 8.0
+    assert (
+        "trial 0: median p95 8.00 ms at concurrency 4 (headroom), measured again at 8: "
+        "judged at 8" in result.note
+    )
+    # The report says so: the concurrency it was judged at, and the climb.
+    summary = with_remeasure(_summary([trials[1], trials[0]]), remeasured)
+    out = io.StringIO()
+    print_summary(RunSummary.from_json(summary.to_json()), Console(file=out, width=300))
+    assert "measured again at 8: judged at 8" in out.getvalue()
+
+
+def test_a_climb_that_breaks_the_budget_is_not_taken() -> None:
+    # At 8 the candidate serves more but its median p95 (22 ms) breaks the 20 ms budget: it
+    # is judged at 4, where it held, and the other candidate wins.
+    trials = [_trial(1, 1000.0, concurrency=8), _trial(2, 950.0, concurrency=4)]
+    server = _FakeServer({(1, 8): (1000.0, 17.0), (2, 4): (900.0, 8.0), (2, 8): (1500.0, 22.0)})
+    result = _remeasure_on(server, trials, load_ceiling=16)
+    assert server.measured[-3:] == [(2, 8)] * 3
+    climber = result.candidate(2)
+    assert climber is not None and climber.held and climber.concurrency == 4
+    assert climber.throughputs == (900.0, 900.0, 900.0)
+    assert result.winner == 1
+    assert (
+        "measured again at 8: judged at 4 (at 8 median 1,500.0 infer/s, p95 22.00 ms, "
+        "over 20 ms)" in result.note
+    )
+
+
+def test_a_climb_that_serves_no_more_is_not_taken() -> None:
+    trials = [_trial(2, 950.0, concurrency=4)]
+    server = _FakeServer({(2, 4): (900.0, 8.0), (2, 8): (880.0, 16.0)})
+    result = _remeasure_on(server, trials, load_ceiling=16)
+    assert server.measured == [(2, 4)] * 3 + [(2, 8)] * 3
+    climber = result.candidate(2)
+    assert climber is not None and climber.concurrency == 4 and climber.latencies_us[0] == 8000
+    assert "not more than median 900.0 infer/s" in result.note
+
+
+def test_a_climb_that_fails_falls_back_to_the_load_that_held() -> None:
+    trials = [_trial(2, 950.0, concurrency=4)]
+    server = _FakeServer({(2, 4): (900.0, 8.0)})  # nothing served at 8
+    result = _remeasure_on(server, trials, load_ceiling=16)
+    assert server.measured == [(2, 4)] * 3 + [(2, 8)]  # dropped at 8 after one error
+    climber = result.candidate(2)
+    assert climber is not None and climber.held and climber.concurrency == 4
+    assert result.winner == 2
+    assert "judged at 4 (at 8: no figures at concurrency 8)" in result.note
+
+
+def test_only_a_candidate_with_headroom_climbs_as_far_as_its_figures_and_the_caps_say() -> None:
+    # 20 ms budget, target 18 ms. At concurrency 4 one more client fits when p95 x 5/4 <= 18.
+    trials = [
+        _trial(1, 1000.0, concurrency=4),  # 15 ms: 18.75 ms at 5, no headroom
+        _trial(2, 900.0, concurrency=4),  # 14 ms: 17.5 ms at 5, climbs to 4 x 18 / 14 = 5
+        _trial(3, 800.0, concurrency=2),  # 1 ms: fits 36, at most twice its load: 4
+        _trial(4, 700.0, concurrency=6),  # 1 ms, but the highest load a trial reached is 6
+    ]
+    server = _FakeServer(
+        {
+            (1, 4): (1000.0, 15.0),
+            (2, 4): (900.0, 14.0),
+            (2, 5): (950.0, 17.0),
+            (3, 2): (800.0, 1.0),
+            (3, 4): (850.0, 2.0),
+            (4, 6): (700.0, 1.0),
+        }
+    )
+    result = _remeasure_on(server, trials, load_ceiling=6)
+    assert server.measured == [(1, 4), (2, 4), (3, 2), (4, 6)] * 3 + [(2, 5), (3, 4)] * 3
+    assert [c.concurrency for c in result.candidates] == [4, 5, 4, 6]
+
+
+def test_the_climbs_are_interleaved_with_the_first_back_off() -> None:
+    trials = [_trial(1, 1000.0, concurrency=8), _trial(2, 950.0, concurrency=4)]
+    server = _FakeServer(
+        {(1, 8): (1000.0, 30.0), (1, 4): (950.0, 15.0), (2, 4): (900.0, 8.0), (2, 8): (910.0, 12.0)}
+    )
+    result = _remeasure_on(server, trials, load_ceiling=8)
+    assert server.measured == [(1, 8), (2, 4)] * 3 + [(1, 4), (2, 8)] * 3
+    assert [c.concurrency for c in result.candidates] == [4, 8]
+    assert result.winner == 1
+
+
+def test_by_default_a_climb_stops_at_the_highest_load_among_the_candidates() -> None:
+    trials = [_trial(1, 1000.0, concurrency=6), _trial(2, 950.0, concurrency=4)]
+    server = _FakeServer({(1, 6): (1000.0, 17.0), (2, 4): (900.0, 1.0), (2, 6): (990.0, 2.0)})
+    result = _remeasure_on(server, trials)
+    assert server.measured[-3:] == [(2, 6)] * 3
+    assert [c.concurrency for c in result.candidates] == [6, 6]
+    assert highest_load(trials) == 6 and highest_load([]) == 1
+
+
+def test_no_climb_when_the_time_budget_leaves_no_round_for_it() -> None:
+    trials = [_trial(2, 950.0, concurrency=4)]
+    server = _FakeServer({(2, 4): (900.0, 8.0), (2, 8): (1200.0, 12.0)})
+    one_round = RemeasureSettings(top=1, repeats=1)
+    result = remeasure(
+        trials,
+        server.load,
+        server.measure,
+        BUDGET,
+        one_round,
+        search_best=2,
+        deadline=0.0,
+        load_ceiling=8,
+    ).result
+    assert server.measured == [(2, 4)]
+    candidate = result.candidate(2)
+    assert candidate is not None and candidate.concurrency == 4
+    assert "(headroom): no time left to measure it higher" in result.note
