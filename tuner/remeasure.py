@@ -12,6 +12,10 @@ range, so that the statistic that chose the winner is the one the report compare
 config as written. A candidate whose median breaks the budget at its load is not dropped at
 once: it is measured again, as many rounds, at the lower load its own figures say fits (the
 search's load sat near the limit; this moment of the machine may be slower), and judged there.
+The other way, a candidate with headroom (its median, scaled to one more client, within 0.9 of
+the limit: its search stopped a level early on a noisy window) is measured again, as many
+rounds, at the higher load its figures say fits, and judged at whichever of the two loads gives
+the higher median throughput with its median within the budget.
 """
 
 from __future__ import annotations
