@@ -7,7 +7,8 @@ written among them when it is feasible) are measured again, interleaved (A, B, C
 `repeats` rounds, so that a slow spell of the machine hits them all alike), each at its own
 operating point (the load its search chose) with full, stable windows. The winner is the best
 median throughput among the candidates whose median latency percentile stays within the
-budget (`remeasure_result.WINNER_RULE`); the figures reported are these medians with their
+budget, the config as written kept unless that median beats its every repeat
+(`remeasure_result.WINNER_RULE`); the figures reported are these medians with their
 range, so that the statistic that chose the winner is the one the report compares with the
 config as written. A candidate whose median breaks the budget at its load is not dropped at
 once: it is measured again, as many rounds, at the lower load its own figures say fits (the
@@ -39,7 +40,7 @@ from tuner.candidate import Candidate
 from tuner.defaults import DEFAULT_REMEASURE_REPEATS, DEFAULT_REMEASURE_TOP
 from tuner.errors import TunerError
 from tuner.evaluate import EvaluationSettings, trial_outcome
-from tuner.remeasure_result import RemeasuredCandidate, RemeasureResult
+from tuner.remeasure_result import RemeasuredCandidate, RemeasureResult, beats_as_written
 from tuner.run_schema import RunSummary
 from tuner.search_types import TrialOutcome, TrialRecord
 from tuner.server_control import TuningServer
@@ -249,9 +250,15 @@ def judge(
 
 
 def choose_winner(candidates: Sequence[RemeasuredCandidate]) -> RemeasuredCandidate | None:
-    """The held candidate with the best median throughput (on a tie, the earlier trial)."""
+    """The held candidate with the best median throughput (on a tie, the earlier trial), but
+    the config as written, when it held, unless that median beats every repeat of its own
+    (`remeasure_result.beats_as_written`)."""
     held = [(c.throughput.median, -c.trial, c) for c in candidates if c.held and c.throughput]
-    return max(held, key=lambda item: item[:2], default=(0.0, 0, None))[2]
+    best = max(held, key=lambda item: item[:2], default=(0.0, 0, None))[2]
+    as_written = next((c for _, _, c in held if c.as_written), None)
+    if best is None or as_written is None or beats_as_written(best, as_written):
+        return best
+    return as_written
 
 
 def server_measurer(

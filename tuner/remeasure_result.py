@@ -1,6 +1,19 @@
 """What re-measuring the search's top candidates found (part of the run schema: summary.json's
 `remeasure` key): each candidate's figure per repeat, its median and spread, whether it held
-the budget, and which one won."""
+the budget, and which one won.
+
+The winner is the best median throughput among the candidates that held the budget, with one
+exception: the config as written, when it held, is kept unless the best one's median is above
+the highest of the as-written's own repeats. Those repeats were taken at the same moments
+(interleaved), so their range is the noise of the machine for that config; a gain inside it is
+not shown to be a gain, and changing a config that works has a cost of its own (a diff to
+review, a reload, a change whose figures may not carry over). The median on the challenger's
+side, the whole range on the as-written's: one slow repeat of the challenger does not keep the
+config as written, one lucky repeat of the config as written may (the cautious side). With
+three repeats each and no difference between the two, a challenger passes one time in five
+(the two highest of six repeats both its own), instead of one in two on the medians alone;
+with one repeat the rule is the plain comparison of the two figures.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +29,16 @@ from tuner.search_types import trial_label
 WINNER_RULE = (
     "the best median throughput among the candidates whose median latency percentile over "
     "the repeats stays within the budget; a candidate over it, or one that failed to load or "
-    "measure, is dropped and the next one taken"
+    "measure, is dropped and the next one taken; the config as written, when it held, is kept "
+    "unless that median is above every one of its own repeats (a gain within its range is noise)"
 )
+
+
+def beats_as_written(challenger: RemeasuredCandidate, as_written: RemeasuredCandidate) -> bool:
+    """Whether `challenger`'s median throughput is above every repeat of the config as
+    written: a gain beyond the noise the as-written's own repeats show."""
+    gain, noise = challenger.throughput, as_written.throughput
+    return gain is not None and (noise is None or gain.median > noise.high)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +144,20 @@ class RemeasureResult:
 
     def candidate(self, trial: int | None) -> RemeasuredCandidate | None:
         return next((c for c in self.candidates if c.trial == trial), None)
+
+    @property
+    def kept_as_written_over(self) -> RemeasuredCandidate | None:
+        """The held candidate with a better median than the config as written that won
+        anyway (its gain within the as-written's range); None when there is none."""
+        winner = self.candidate(self.winner)
+        if winner is None or not winner.as_written or winner.throughput is None:
+            return None
+        better = [
+            c
+            for c in self.candidates
+            if c.held and c.throughput and c.throughput.median > winner.throughput.median
+        ]
+        return max(better, key=lambda c: c.throughput.median if c.throughput else 0.0, default=None)
 
     @property
     def changed_winner(self) -> bool:

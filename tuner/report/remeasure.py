@@ -47,6 +47,12 @@ def headline(result: RemeasureResult) -> str:
     )
     if result.note:
         text += f" ({result.note}.)"
+    turned_down = result.kept_as_written_over
+    if turned_down is not None and turned_down.throughput is not None:
+        text += (
+            f" The config as written is kept: trial {turned_down.trial}'s median "
+            f"{turned_down.throughput.median:,.1f} infer/s is within the range of its repeats."
+        )
     if result.winner is None:
         text += " No candidate held the budget re-measured: nothing was written."
     elif result.changed_winner:

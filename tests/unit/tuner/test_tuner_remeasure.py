@@ -27,6 +27,7 @@ from tuner.remeasure import (
 )
 from tuner.remeasure_result import RemeasuredCandidate, RemeasureResult
 from tuner.report.console import print_summary
+from tuner.report.remeasure import headline
 from tuner.run import TuneOptions, search_time_left
 from tuner.run_schema import PlatformInfo, RunSummary
 from tuner.search_types import TrialOutcome, TrialRecord
@@ -76,12 +77,12 @@ def _measurement(concurrency: int, throughput: float, p95_ms: float) -> Measurem
 
 
 def _remeasured(
-    trial: int, throughputs: Sequence[float], p95_ms: Sequence[float]
+    trial: int, throughputs: Sequence[float], p95_ms: Sequence[float], as_written: bool = False
 ) -> RemeasuredCandidate:
     return RemeasuredCandidate(
         trial=trial,
         key=f"inst={trial}",
-        as_written=False,
+        as_written=as_written,
         concurrency=4,
         search_throughput=1000.0,
         search_latency_us=10_000.0,
@@ -478,3 +479,45 @@ def test_no_climb_when_the_time_budget_leaves_no_round_for_it() -> None:
     candidate = result.candidate(2)
     assert candidate is not None and candidate.concurrency == 4
     assert "(headroom): no time left to measure it higher" in result.note
+
+
+def test_the_config_as_written_is_kept_when_the_gain_is_within_the_range_of_its_repeats() -> None:
+    # As on resnet18 (2026-12): the challenger's median is higher, but inside the range the
+    # config as written itself spanned over the same interleaved rounds: noise, not a gain.
+    as_written = judge(_remeasured(0, [1000, 1040, 980], [10, 10, 10], as_written=True), BUDGET)
+    challenger = judge(_remeasured(1, [1030, 1035, 1100], [10, 10, 10]), BUDGET)
+    winner = choose_winner([challenger, as_written])
+    assert winner is not None and winner.trial == 0
+    # Measured: the report says why the better median lost.
+    trials = [_trial(1, 1100.0, concurrency=4), _trial(0, 1000.0, as_written=True, concurrency=4)]
+    rounds = {1: iter([1030.0, 1035.0, 1100.0]), 0: iter([1000.0, 1040.0, 980.0])}
+    loaded = [0]
+
+    def load(candidate: Candidate) -> None:
+        loaded[0] = int(candidate["instance_count"])
+
+    def measure(concurrency: int) -> Measurement:
+        return _measurement(concurrency, next(rounds[loaded[0]]), 18.0)
+
+    result = remeasure(trials, load, measure, BUDGET, SETTINGS, search_best=1).result
+    assert result.winner == 0 and result.changed_winner
+    kept_over = result.kept_as_written_over
+    assert kept_over is not None and kept_over.trial == 1
+    headline_text = headline(result)
+    assert "The config as written is kept: trial 1's median 1,035.0 infer/s is within" in (
+        headline_text
+    )
+
+
+def test_a_challenger_above_every_repeat_of_the_as_written_wins_despite_a_slow_repeat() -> None:
+    # A guard on the rule above: the challenger's median decides on its side, so one slow
+    # repeat of its own does not keep the config as written; and a config as written that did
+    # not hold the budget is not kept.
+    as_written = judge(_remeasured(0, [1000, 1040, 980], [10, 10, 10], as_written=True), BUDGET)
+    challenger = judge(_remeasured(1, [1045, 1050, 900], [10, 10, 10]), BUDGET)
+    winner = choose_winner([challenger, as_written])
+    assert winner is not None and winner.trial == 1
+    over = judge(_remeasured(0, [1000, 1040, 980], [25, 25, 25], as_written=True), BUDGET)
+    close = judge(_remeasured(1, [1030, 1035, 1100], [10, 10, 10]), BUDGET)
+    winner = choose_winner([close, over])
+    assert winner is not None and winner.trial == 1
