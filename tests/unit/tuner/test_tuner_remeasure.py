@@ -1,5 +1,7 @@
-"""Re-measuring the top candidates: which are picked, how they are interleaved, and the rule
-that picks the winner (the best median throughput whose median percentile is in budget)."""
+"""Re-measuring the top candidates: which are picked, how they are interleaved, the loads they
+are measured at (lowered when over the budget, raised when there is headroom), and the rule
+that picks the winner (the best median throughput whose median percentile is in budget, the
+config as written kept when the gain is within the range of its repeats)."""
 
 from __future__ import annotations
 
