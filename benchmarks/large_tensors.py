@@ -1,5 +1,6 @@
 """Large tensors: a 600 KB FP32 input [3, 224, 224] whose model costs nothing (ONNX ReduceMean,
-`large_model.py`), served by this checkout, by an earlier revision of ours, and by NVIDIA Triton
+`large_model.py`), served by this checkout (in one process, and with N front-end processes
+for each N of --workers, named ours-wN), by an earlier revision of ours, and by NVIDIA Triton
 2.51 (a python model doing np.mean, when its peer is installed), HTTP and gRPC, measured by the
 real perf_analyzer, all servers interleaved (before, ours, triton, before, ours, ...); plus
 onnxruntime in-process on the same input as the ceiling.
@@ -104,11 +105,12 @@ def _summary(runs: list[Run], cpu: dict[Run, float], servers: list[str]) -> None
                 f"p95 {median_range(p95, '.2f')} ms, CPU {median_range(cpu_s, '.3f')} s, "
                 f"n={len(side)}"
             )
-        mine = medians.get("ours")
         ratios = [
-            f"ours / {other} {mine / medians[other]:.2f}"
+            f"{name} / {other} {medians[name] / medians[other]:.2f}"
+            for name in medians
+            if name.startswith("ours")
             for other in ("before", "triton")
-            if mine and other in medians
+            if other in medians
         ]
         if ratios:
             print(f"{cell} c{concurrency}: {', '.join(ratios)}")
@@ -123,6 +125,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--attempts", type=int, default=3)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="*",
+        default=[2],
+        help="also ours with these --workers counts (named ours-wN); none: one process only",
+    )
     parser.add_argument("--no-triton", action="store_true", help="leave Triton out")
     parser.add_argument("--install-triton", action="store_true")
     args = parse_with_smoke(parser, {"concurrency": [1], "repeats": 1, "window_ms": 1000})
@@ -146,6 +155,14 @@ def main() -> None:
             ),
             stack.enter_context(ours(scratch / "repository", scratch / "ours.log", (), "ours")),
         ]
+        for count in args.workers:
+            name = f"ours-w{count}"
+            flags = ("--workers", str(count))
+            servers.append(
+                stack.enter_context(
+                    ours(scratch / "repository", scratch / f"{name}.log", flags, name)
+                )
+            )
         if wrapper is not None:
             large_model.write_model(scratch / "peer", "python")
             peer = triton(wrapper, scratch / "peer", scratch / "triton.log")

@@ -189,7 +189,8 @@ def _apply(flags: list[Any]) -> Any:
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_BUFFERED_BYTES,
     show_default=True,
-    help="Request bytes held at once across HTTP connections while bodies arrive; a request "
+    help="Request bytes held at once across HTTP connections while bodies arrive (per "
+    "front-end process with --workers); a request "
     "past it waits, its connection not read, until there is room (at least one request is "
     "always admitted; native front end; not in tritonserver).",
 )
@@ -206,8 +207,8 @@ def _apply(flags: list[Any]) -> Any:
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_CONNECTIONS,
     show_default=True,
-    help="HTTP connections open at once; the requests of one more are answered 503 "
-    "(not in tritonserver).",
+    help="HTTP connections open at once (per front-end process with --workers); the requests "
+    "of one more are answered 503 (not in tritonserver).",
 )
 @click.option(
     "--http-restricted-api",
@@ -243,8 +244,18 @@ def _apply(flags: list[Any]) -> Any:
     type=click.IntRange(min=1),
     default=DEFAULT_GRPC_CONNECTIONS,
     show_default=True,
-    help="gRPC connections open at once; the calls of one more fail UNAVAILABLE and it is "
-    "closed (native front end; not in tritonserver).",
+    help="gRPC connections open at once (per front-end process with --workers); the calls of "
+    "one more fail UNAVAILABLE and it is closed (native front end; not in tritonserver).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Front-end processes: N > 1 starts N processes that share the HTTP and gRPC ports and "
+    "do the protocol work (parsing, decoding, encoding), while this one runs the models, so "
+    "that one batch holds requests from all of them; 1: everything in this process "
+    "(docs/architecture.md says when more pay). Native front ends only.",
 )
 @click.option(
     "--grpc-front-end",
@@ -475,6 +486,7 @@ def serve_command(
     grpc_max_message_bytes: int,
     grpc_max_concurrent_streams: int,
     grpc_max_connections: int,
+    workers: int,
     grpc_front_end: str,
     grpc_restricted_protocol: tuple[str, ...],
     http_front_end: str,
@@ -527,6 +539,11 @@ def serve_command(
         raise click.UsageError("--load-model needs --model-control-mode explicit")
     if not (allow_http or allow_grpc):
         raise click.UsageError("--allow-http and --allow-grpc are both false: nothing to serve")
+    if workers > 1 and (http_front_end, grpc_front_end) != ("native", "native"):
+        raise click.UsageError(
+            "--workers above 1 needs the native front ends (--http-front-end native,"
+            " --grpc-front-end native)"
+        )
     try:
         http_restricted = RestrictedApis.parse(http_restricted_api, "--http-restricted-api")
         grpc_restricted = RestrictedApis.parse(
@@ -566,6 +583,7 @@ def serve_command(
         ),
         grpc_front_end=grpc_front_end,
         http_front_end=http_front_end,
+        workers=workers,
         http_limits=HttpLimits(
             max_input_bytes=http_max_input_size,
             max_buffered_bytes=http_max_buffered_input_size,

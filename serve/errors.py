@@ -54,5 +54,9 @@ class ServeError(Exception):
     def cancelled(cls, message: str = "Request cancelled") -> ServeError:
         return cls(ErrorKind.CANCELLED, message)
 
+    def __reduce__(self) -> tuple[type[ServeError], tuple[ErrorKind, str]]:
+        # pickled whole (kind and message) as it crosses to or from a front-end process
+        return (ServeError, (self.kind, self.message))
+
     def __repr__(self) -> str:
         return f"ServeError({self.kind.name}, {self.message!r})"

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.http.limits import HttpLimits
 from serve.log_settings import LogSettings
 from serve.model.response_cache import ResponseCache
@@ -27,6 +28,7 @@ from serve.server_options import EndpointOptions, ServerOptions
 
 if TYPE_CHECKING:
     from serve.http.native.endpoint import Routes
+    from serve.workers.core import FrontEnds
 
 ASGIApp = Any
 
@@ -89,14 +91,23 @@ def _front_end_modules(options: ServerOptions) -> list[str]:
 
 def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoint]:
     """The endpoints the options enable, in start order."""
-    from serve.http.native.routes import AsgiRoutes, NativeRoutes
+    endpoints = build_front_ends(options, dataplane)
+    if options.metrics.enabled:
+        endpoints.append(build_metrics_endpoint(options, dataplane))
+    return endpoints
 
+
+def build_front_ends(options: ServerOptions, dataplane: DataPlaneApi) -> list[Endpoint]:
+    """The HTTP and gRPC endpoints the options enable, over `dataplane` (the core's own, or a
+    front-end process's `RemoteDataPlane`)."""
     endpoints: list[Endpoint] = []
     if options.http.enabled:
         from serve.http.app import build_control_plane, build_http_app
 
         http = options.http
         if options.http_front_end == "native":
+            from serve.http.native.routes import NativeRoutes
+
             control_plane = build_control_plane(dataplane)
             routes = NativeRoutes(dataplane, control_plane, options.http_restricted)
             endpoints.append(
@@ -122,38 +133,52 @@ def build_endpoints(options: ServerOptions, dataplane: DataPlane) -> list[Endpoi
     if options.grpc.enabled:
         grpc = options.grpc
         if options.grpc_front_end == "native":
-            from serve.grpc.native import NativeGrpcEndpoint as front_end
-        else:
-            from serve.grpc.endpoint import GrpcEndpoint as front_end  # type: ignore[assignment]
-        endpoints.append(
-            front_end(
-                dataplane,
-                grpc.address,
-                grpc.port,
-                options.grpc_limits,
-                options.grpc_restricted,
-            )
-        )
-    if options.metrics.enabled:
-        from serve.metrics.endpoint import build_metrics_app
+            from serve.grpc.native import NativeGrpcEndpoint
 
-        metrics = build_metrics_app(
-            dataplane.repository.loaded,
-            dataplane.custom_metrics,
-            dataplane.response_cache,
-            cpu=options.cpu_metrics,
-            gpu=options.gpu_metrics,
-        )
-        endpoints.append(
-            _native_http(
-                "Metrics Service",
-                AsgiRoutes(metrics),
-                options.metrics,
-                HttpLimits(),
-                options.exit_timeout_s,
+            endpoints.append(
+                NativeGrpcEndpoint(
+                    dataplane,
+                    grpc.address,
+                    grpc.port,
+                    options.grpc_limits,
+                    options.grpc_restricted,
+                    reuse_port=grpc.reuse_port,
+                )
             )
-        )
+        else:
+            from serve.grpc.endpoint import GrpcEndpoint
+
+            endpoints.append(
+                GrpcEndpoint(
+                    dataplane,
+                    grpc.address,
+                    grpc.port,
+                    options.grpc_limits,
+                    options.grpc_restricted,
+                )
+            )
     return endpoints
+
+
+def build_metrics_endpoint(options: ServerOptions, dataplane: DataPlane) -> Endpoint:
+    """The Prometheus endpoint over the core's models and metrics."""
+    from serve.http.native.routes import AsgiRoutes
+    from serve.metrics.endpoint import build_metrics_app
+
+    metrics = build_metrics_app(
+        dataplane.repository.loaded,
+        dataplane.custom_metrics,
+        dataplane.response_cache,
+        cpu=options.cpu_metrics,
+        gpu=options.gpu_metrics,
+    )
+    return _native_http(
+        "Metrics Service",
+        AsgiRoutes(metrics),
+        options.metrics,
+        HttpLimits(),
+        options.exit_timeout_s,
+    )
 
 
 def _native_http(
@@ -173,6 +198,7 @@ def _native_http(
         idle_close_s=KEEP_ALIVE_IDLE_S,
         grace_s=grace_s,
         limits=limits,
+        reuse_port=options.reuse_port,
     )
 
 
@@ -205,10 +231,17 @@ async def run_server(options: ServerOptions, logs: LogSettings | None = None) ->
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     started: list[Endpoint] = []
+    front_ends = None
     try:
         loading = asyncio.ensure_future(dataplane.repository.start(options.load_models))
         try:
-            await asyncio.to_thread(import_front_ends, options)
+            if options.workers > 1:
+                from serve.workers.core import FrontEnds
+
+                front_ends = FrontEnds(dataplane, options, options.workers)
+                await front_ends.open()  # the processes start while the models load
+            else:
+                await asyncio.to_thread(import_front_ends, options)
         finally:
             failed = await loading
         if failed and options.exit_on_error:
@@ -217,7 +250,14 @@ async def run_server(options: ServerOptions, logs: LogSettings | None = None) ->
                 ", ".join(f"'{name}'" for name in failed),
             )
             return 1
-        for endpoint in build_endpoints(options, dataplane):
+        if front_ends is not None:
+            await _start_front_end_processes(front_ends)
+            endpoints = (
+                [build_metrics_endpoint(options, dataplane)] if options.metrics.enabled else []
+            )
+        else:
+            endpoints = build_endpoints(options, dataplane)
+        for endpoint in endpoints:
             host, port = await endpoint.start()
             started.append(endpoint)
             log.info("Started %s at %s:%d", endpoint.name, host, port)
@@ -230,12 +270,23 @@ async def run_server(options: ServerOptions, logs: LogSettings | None = None) ->
         await stop.wait()
     finally:
         dataplane.accepting = False
+        if front_ends is not None:
+            await front_ends.stop(options.exit_timeout_s)
         await _stop_endpoints(reversed(started), options.exit_timeout_s)
         await dataplane.repository.close()
         dataplane.shm_unregister()  # unmaps every region (the client's objects stay)
         dataplane.tracer.close()  # writes the traces collected and not yet written
         log.info("server stopped")
     return 0
+
+
+async def _start_front_end_processes(front_ends: FrontEnds) -> None:
+    """Have the front-end processes listen; log each endpoint as a single process does."""
+    http, grpc = await front_ends.listen()
+    for name, address in (("HTTPService", http), ("GRPCInferenceService", grpc)):
+        if address is not None:
+            log.info("Started %s at %s:%d", name, *address)
+    log.info("%d front-end processes serve HTTP and gRPC", front_ends.count)
 
 
 async def _stop_endpoints(endpoints: Iterable[Endpoint], timeout_s: float) -> None:

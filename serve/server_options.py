@@ -23,6 +23,7 @@ class EndpointOptions:
     enabled: bool
     address: str
     port: int  # 0: a free port (the "Started ..." log line names it)
+    reuse_port: bool = False  # shared with the other front-end processes (SO_REUSEPORT)
 
 
 @dataclass(slots=True)
@@ -48,6 +49,9 @@ class ServerOptions:
     # "native": HTTP/1.1 on asyncio.Protocol + httptools (serve.http.native), the infer route
     # answered from the DataPlane's callback; "uvicorn": the ASGI app under uvicorn.
     http_front_end: str = "native"
+    # front-end processes (--workers): 1 serves HTTP and gRPC in the process that runs the
+    # models; N > 1 starts N processes that do the protocol work (serve.workers)
+    workers: int = 1
     http_limits: HttpLimits = field(
         default_factory=HttpLimits
     )  # request size, read timeout, connections

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2_grpc
 
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.grpc.limits import GrpcLimits
 from serve.grpc.service import InferenceServicer
 from serve.restricted import RestrictedApis, Restriction
@@ -27,7 +27,7 @@ class GrpcEndpoint:
 
     def __init__(
         self,
-        dataplane: DataPlane,
+        dataplane: DataPlaneApi,
         address: str,
         port: int,
         limits: GrpcLimits,

@@ -18,7 +18,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2 as pb
 
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.errors import ServeError
 from serve.grpc.codec import (
     decode_infer_request,
@@ -98,7 +98,7 @@ def _answer(task: asyncio.Future[Message], call: Call, context: _CallContext) ->
 class _Infer:
     """ModelInfer from bytes to bytes, completed by the DataPlane's callback."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlaneApi) -> None:
         self._dataplane = dataplane
 
     def __call__(self, message: bytes | memoryview, call: Call) -> None:
@@ -137,7 +137,7 @@ class _Stream:
     stream as it completes (a failed one with its error and id); the call ends OK once the
     client has stopped sending and every request has its answer."""
 
-    def __init__(self, dataplane: DataPlane, call: Call) -> None:
+    def __init__(self, dataplane: DataPlaneApi, call: Call) -> None:
         self._dataplane = dataplane
         self._call = call
         self._in_flight = 0
@@ -196,7 +196,7 @@ class _Stream:
         self._call.send_message(answer.SerializeToString())
 
 
-def build_router(dataplane: DataPlane, restricted: RestrictedApis | None = None) -> Router:
+def build_router(dataplane: DataPlaneApi, restricted: RestrictedApis | None = None) -> Router:
     """':path' -> method for every method of the service; a restricted one admits only calls
     carrying its key."""
     servicer = InferenceServicer(dataplane)
@@ -235,18 +235,21 @@ class NativeGrpcEndpoint:
 
     def __init__(
         self,
-        dataplane: DataPlane,
+        dataplane: DataPlaneApi,
         address: str,
         port: int,
         limits: GrpcLimits,
         restricted: RestrictedApis | None = None,
+        *,
+        reuse_port: bool = False,
     ):
         self._address = address
         self._port = port
+        self._reuse_port = reuse_port
         self._server = Http2GrpcServer(build_router(dataplane, restricted), limits)
 
     async def start(self) -> tuple[str, int]:
-        sock = bind_tcp(self._address, self._port)
+        sock = bind_tcp(self._address, self._port, reuse_port=self._reuse_port)
         try:
             await self._server.start(sock)
         except BaseException:

@@ -14,7 +14,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.errors import ServeError
 from serve.grpc.codec import decode_infer_request, encode_infer_response
 from serve.grpc.settings import (
@@ -70,7 +70,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Every RPC of GRPCInferenceService as a coroutine delegating to the DataPlane: grpcio's server
     runs them all, the native front end all but ModelInfer and ModelStreamInfer."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlaneApi) -> None:
         self._dataplane = dataplane
 
     # -- health and metadata ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 from tritonclient.grpc import service_pb2 as pb
 
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.errors import ServeError
 from serve.grpc.codec import decode_infer_request, encode_infer_response
 from serve.inference import Cancellation, InferRequest, InferResponse
@@ -65,7 +65,7 @@ def stream_answer(
 class StreamSession:
     """One ModelStreamInfer call: reads requests, submits them, hands responses to the writer."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlaneApi) -> None:
         self._dataplane = dataplane
         self._answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         self._in_flight = 0

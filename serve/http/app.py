@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.errors import ServeError
 from serve.http.generate_route import add_generate_routes
 from serve.http.infer_route import InferRoute
@@ -40,7 +40,7 @@ def _json_body(request: ControlRequest) -> dict[str, Any]:
     return body
 
 
-def build_control_plane(dataplane: DataPlane) -> Router:
+def build_control_plane(dataplane: DataPlaneApi) -> Router:
     """The router of every HTTP route but POST .../infer (health, metadata, configs, statistics,
     generate, the repository, trace and log settings, shared memory), each handler delegating to
     `dataplane`."""
@@ -103,7 +103,7 @@ def build_control_plane(dataplane: DataPlane) -> Router:
     return app
 
 
-def _add_settings_routes(app: Router, dataplane: DataPlane) -> None:
+def _add_settings_routes(app: Router, dataplane: DataPlaneApi) -> None:
     """Triton's trace and logging extensions: GET reads, POST changes and answers the
     settings now in force."""
 
@@ -121,7 +121,7 @@ def _add_settings_routes(app: Router, dataplane: DataPlane) -> None:
     app.add("GET POST", "/v2/logging", logging_settings)
 
 
-def _add_shared_memory_routes(app: Router, dataplane: DataPlane) -> None:
+def _add_shared_memory_routes(app: Router, dataplane: DataPlaneApi) -> None:
     """Triton's system and CUDA shared memory extensions."""
 
     def region(request: ControlRequest) -> tuple[str, ...]:
@@ -172,6 +172,6 @@ def _add_shared_memory_routes(app: Router, dataplane: DataPlane) -> None:
         app.add("POST", f"{root}/region/{{region}}/unregister", unregister)
 
 
-def build_http_app(dataplane: DataPlane) -> InferRoute:
+def build_http_app(dataplane: DataPlaneApi) -> InferRoute:
     """The ASGI application served by uvicorn."""
     return InferRoute(dataplane, build_control_plane(dataplane))

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from protocol.metadata import ModelMetadata
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.errors import ServeError
 from serve.generate import ONE_RESPONSE_ONLY, generate_answer, generate_error, generate_request
 from serve.http.router import Answer, ControlRequest, Router
@@ -27,7 +27,7 @@ _EVENTS = b"text/event-stream; charset=utf-8"
 Outcome = tuple[InferResponse | ServeError | None, bool]
 
 
-def add_generate_routes(app: Router, dataplane: DataPlane) -> None:
+def add_generate_routes(app: Router, dataplane: DataPlaneApi) -> None:
     """Add POST .../generate and .../generate_stream (with and without a version) to `app`, each
     request submitted to `dataplane` as a stream of responses."""
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from protocol.headers import CONTENT_TYPE_BINARY, CONTENT_TYPE_JSON
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.errors import ServeError
 from serve.http.codec import (
     decode_infer_request,
@@ -75,7 +75,7 @@ def error_answer(error: ServeError) -> InferAnswer:
 
 
 def submit_infer(
-    dataplane: DataPlane,
+    dataplane: DataPlaneApi,
     body: bytes | memoryview,
     header_length: bytes | None,
     model: str,

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from protocol.headers import HEADER_LENGTH_ASGI
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.http.infer_call import INFER_PATH, InferAnswer, submit_infer
 from serve.http.router import read_body
 from serve.inference import Cancellation
@@ -30,7 +30,7 @@ class InferRoute:
     """The ASGI application of the uvicorn front end: POST .../infer answered here, every other
     request passed on to the control plane."""
 
-    def __init__(self, dataplane: DataPlane, control_plane: ASGIApp) -> None:
+    def __init__(self, dataplane: DataPlaneApi, control_plane: ASGIApp) -> None:
         self._dataplane = dataplane
         self._control_plane = control_plane
 

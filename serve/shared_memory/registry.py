@@ -19,7 +19,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from serve.backends.python.shm import SEGMENT_PREFIX
 from serve.errors import ErrorKind, ServeError
 from serve.inference import RegionSlice
 from serve.shared_memory.cuda import (
@@ -30,6 +29,7 @@ from serve.shared_memory.cuda import (
     open_with_cupy,
 )
 from serve.shared_memory.region import HeldRegion
+from serve.shared_memory.segment import SEGMENT_PREFIX
 
 SHM_DIRECTORY = Path("/dev/shm")
 

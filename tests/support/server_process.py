@@ -3,6 +3,7 @@ tuner and the gate use (common.serve_process), plus a wait until the server repo
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -21,6 +22,13 @@ from common.serve_process import start_serve_process, stop_serve_process
 # For a repository holding models that fail to load on purpose while the others serve:
 # tritonserver's default (and ours), --exit-on-error true, would stop the server instead.
 SERVE_BROKEN = ("--exit-on-error", "false")
+
+# The front-end processes every test server runs with (`--workers`): the test tier of
+# `autotune serve --workers 2` sets it (scripts/run_tests.sh); unset, the servers run as started.
+WORKERS_ENV = "AUTOTUNE_TEST_SERVE_WORKERS"
+
+# --workers runs the native front ends only: a server started with another keeps one process.
+_OTHER_FRONT_ENDS = ("--http-front-end=uvicorn", "uvicorn", "--grpc-front-end=grpcio", "grpcio")
 
 _GRPC_STARTED = re.compile(r"Started GRPCInferenceService at ([0-9.]+):(\d+)")
 _METRICS_STARTED = re.compile(r"Started Metrics Service at ([0-9.]+):(\d+)")
@@ -75,7 +83,7 @@ def start_server(
     """Run `python -m serve` with --http-port 0 and wait until it serves and reports ready;
     RuntimeError (with the log's tail) when it does not."""
     deadline = time.monotonic() + timeout
-    process, address = start_serve_process(repository, log_path, extra, timeout)
+    process, address = start_serve_process(repository, log_path, _with_workers(extra), timeout)
     host, _, port = address.rpartition(":")
     server = RunningServer(process, host, int(port), log_path)
     try:
@@ -84,6 +92,13 @@ def start_server(
         stop_serve_process(process)
         raise
     return server
+
+
+def _with_workers(flags: tuple[str, ...]) -> tuple[str, ...]:
+    workers = os.environ.get(WORKERS_ENV, "")
+    if not workers or "--workers" in flags or any(f in flags for f in _OTHER_FRONT_ENDS):
+        return flags
+    return ("--workers", workers, *flags)
 
 
 def _wait_ready(server: RunningServer, deadline: float) -> None:

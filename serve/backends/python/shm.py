@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
-import os
 import secrets
 import weakref
 from multiprocessing.shared_memory import SharedMemory
@@ -11,15 +9,9 @@ from multiprocessing.shared_memory import SharedMemory
 import numpy as np
 
 from serve.backends.python.protocol import ArenaRef
+from serve.shared_memory.segment import Mapping, attach, segment_prefix
 
 MIN_ARENA_BYTES = 64 * 1024
-_SHM_DIR = "/dev/shm"  # where POSIX shared memory segments live on Linux
-SEGMENT_PREFIX = "atpy"  # segments are named atpy<server pid>_<random>_<n>
-
-
-def segment_prefix() -> str:
-    """The name prefix of every segment this process creates."""
-    return f"{SEGMENT_PREFIX}{os.getpid()}_"
 
 
 class Arena:
@@ -111,32 +103,3 @@ def _buffer(shm: SharedMemory | Mapping) -> memoryview:
     if buf is None:  # typeshed allows it; only after close()
         raise RuntimeError(f"shared-memory segment {shm.name} is closed")
     return buf
-
-
-class Mapping:
-    """A segment mapped read-write by name, as `SharedMemory(name)` maps it, without the
-    resource tracker: before Python 3.13 attaching registers the segment with the attaching
-    process's tracker (which would unlink it when the stub exits, and costs every stub a
-    tracker process of its own). The server creates and unlinks every segment."""
-
-    def __init__(self, name: str) -> None:
-        fd = os.open(f"{_SHM_DIR}/{name}", os.O_RDWR)
-        try:
-            size = os.fstat(fd).st_size
-            self._mmap = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        self.name = name
-        self.size = size
-        self.buf: memoryview | None = memoryview(self._mmap)
-
-    def close(self) -> None:
-        if self.buf is not None:
-            self.buf.release()
-            self.buf = None
-        self._mmap.close()
-
-
-def attach(name: str) -> Mapping:
-    """Map an existing segment of the server's."""
-    return Mapping(name)

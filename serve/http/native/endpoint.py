@@ -47,11 +47,13 @@ class NativeHttpEndpoint:
         idle_close_s: float,
         grace_s: float = 30.0,
         limits: HttpLimits = DEFAULT_LIMITS,
+        reuse_port: bool = False,
     ) -> None:
         self.name = name  # as tritonserver logs it: HTTPService, Metrics Service
         self._routes = routes
         self._address = address
         self._port = port
+        self._reuse_port = reuse_port
         self._idle_close_s = idle_close_s
         self._grace_s = grace_s
         self._limits = limits
@@ -74,7 +76,7 @@ class NativeHttpEndpoint:
         self._connections.pop(connection, None)
 
     async def start(self) -> tuple[str, int]:
-        sock = bind_tcp(self._address, self._port)
+        sock = bind_tcp(self._address, self._port, reuse_port=self._reuse_port)
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 import httptools
 
 from protocol.headers import HEADER_LENGTH_ASGI
-from serve.dataplane import DataPlane
+from serve.dataplane_api import DataPlaneApi
 from serve.http.access import refusal
 from serve.http.codec import encode_error
 from serve.http.infer_call import BINARY, INFER_PATH, JSON, InferAnswer, submit_infer
@@ -50,7 +50,7 @@ class NativeRoutes:
 
     def __init__(
         self,
-        dataplane: DataPlane,
+        dataplane: DataPlaneApi,
         control_plane: Any,
         restricted: RestrictedApis | None = None,
     ) -> None:

@@ -23,6 +23,8 @@ from tests.support.server_process import RunningServer, server_on_links
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp("grpc_connections")
     limits = ("--grpc-max-connections", "1", "--grpc-max-concurrent-streams", "2")
+    # one process: with --workers N each front-end process counts its own connections
+    limits += ("--workers", "1")
     with server_on_links(root, [BUNDLED_REPOSITORY / "simple"], *limits) as running:
         yield running
 

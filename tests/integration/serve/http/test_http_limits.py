@@ -129,8 +129,14 @@ def _served_connection(server: RunningServer, deadline: float) -> socket.socket:
 
 
 def test_past_the_connection_limit_requests_get_503_until_one_closes(
-    server: RunningServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    # One process: with --workers N each front-end process counts its own connections.
+    with _serving(tmp_path_factory, "--workers", "1") as server:
+        _connection_limit_holds(server)
+
+
+def _connection_limit_holds(server: RunningServer) -> None:
     deadline = time.monotonic() + 10
     held = [_served_connection(server, deadline) for _ in range(CONNECTIONS)]
     try:
@@ -176,6 +182,8 @@ def test_a_body_past_the_buffered_budget_waits_for_the_one_ahead(
         "60",
         "--http-max-buffered-input-size",
         str(LIMIT),
+        "--workers",  # one process: with --workers N each front end has a budget of its own
+        "1",
     ) as running:
         with connect(running) as first, connect(running) as second:
             body = b"{" + b" " * (LIMIT - 2) + b"}"

@@ -272,7 +272,9 @@ def test_only_metrics_path_is_served(server: RunningServer) -> None:
 
 
 def _listening_ports(server: RunningServer) -> set[int]:
-    connections = psutil.Process(server.process.pid).net_connections(kind="tcp")
+    """The ports the server's processes listen on (with --workers, its front ends listen)."""
+    process = psutil.Process(server.process.pid)
+    connections = [c for p in (process, *process.children()) for c in p.net_connections(kind="tcp")]
     return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
 
 

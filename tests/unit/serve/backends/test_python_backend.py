@@ -20,9 +20,9 @@ from serve.backends.base import BatchTimes, InstanceContext
 from serve.backends.python import PythonBackend
 from serve.backends.python.autocomplete import autocomplete_python_config, may_define_hook
 from serve.backends.python.instance import PythonModelInstance
-from serve.backends.python.shm import segment_prefix
 from serve.errors import ErrorKind, ServeError
 from serve.inference import InferRequest, RequestedOutput
+from serve.shared_memory.segment import segment_prefix
 
 pytestmark = pytest.mark.timeout(120)
 
