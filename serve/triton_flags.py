@@ -19,7 +19,7 @@ import click
 NOTICES_KEY = "serve.triton_flags.notices"
 
 _NO_GPU = "GPU memory and devices are managed by the backends' own runtimes here"
-_ONE_FRONT_END = "one asyncio front end serves every request here; no thread pool to size"
+_ONE_FRONT_END = "asyncio front ends serve HTTP here, no thread pool; --workers N: processes"
 
 
 @dataclass(frozen=True, slots=True)
