@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serve.errors import ServeError
-from serve.inference import InferRequest, InferResponse
+from serve.inference import InferRequest
 from serve.model.served import ResponseCallback, StreamCallback
 from serve.workers.arena import ArenaReader, Block, TensorArena
 from serve.workers.frames import BlockingConnection, FrameProtocol
@@ -250,16 +250,6 @@ class RemoteDataPlane:
 
     def submit_stream(self, request: InferRequest, on_response: StreamCallback) -> None:
         self._calls.submit(request, on_response, stream=True, endpoint="")
-
-    async def infer(self, request: InferRequest) -> InferResponse:
-        future: asyncio.Future[InferResponse | ServeError] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self.submit(request, future.set_result)
-        result = await future
-        if isinstance(result, ServeError):
-            raise result
-        return result
 
     # -- the repository API (awaited) ---------------------------------------------------------
 
