@@ -26,6 +26,7 @@ SEGMENT_BYTES = 32 << 20  # a segment's size, unless one block needs more
 
 
 def aligned(nbytes: int) -> int:
+    """`nbytes` rounded up to a whole number of ALIGN-byte lines."""
     return (nbytes + ALIGN - 1) // ALIGN * ALIGN
 
 

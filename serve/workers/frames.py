@@ -19,6 +19,7 @@ _HEADER = struct.Struct("!I")
 
 
 def encode(message: Any) -> bytes:
+    """One message as it goes on the socket: its length, then its pickle."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _HEADER.pack(len(data)) + data
 

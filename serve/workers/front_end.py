@@ -46,6 +46,7 @@ def front_end_options(options: ServerOptions, ports: Listen) -> ServerOptions:
 
 
 async def serve_front_end(path: str, index: int) -> None:
+    """Serve as front end `index` of the core listening on `path`, until told to stop."""
     loop = asyncio.get_running_loop()
     orders: asyncio.Queue[Any] = asyncio.Queue()
     logs: LogSettings | None = None
@@ -117,6 +118,7 @@ async def _next_order(orders: asyncio.Queue[Any], calls: CoreLink, stopped: asyn
 
 
 def main(argv: list[str]) -> int:
+    """The process's entry: `SOCKET INDEX`; tied to the core, which started it."""
     tie_to_parent()
     import uvloop
 

@@ -139,6 +139,7 @@ class Reply(NamedTuple):
 def request_message(
     call: int, request: InferRequest, arena: TensorArena, *, stream: bool, endpoint: str
 ) -> Submit:
+    """A Submit for `request`, its inputs written into `arena` (callbacks stay here)."""
     places, block = write_tensors(request.inputs, arena)
     bare = replace(
         request,
@@ -166,6 +167,7 @@ def answer_message(
     decoupled: bool = False,
     traced: bool = False,
 ) -> Answer:
+    """An Answer for `result`, its outputs written into `arena` (a region's as a shape)."""
     if not isinstance(result, InferResponse):
         return Answer(call, result, [], None, final, decoupled, traced)
     carried = {o.name: o.data for o in result.outputs if o.region is None}
