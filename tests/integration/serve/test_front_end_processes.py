@@ -43,8 +43,16 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 
 
 def _front_ends(server: RunningServer) -> list[psutil.Process]:
-    children = psutil.Process(server.process.pid).children()
-    return [c for c in children if FRONT_END_MODULE in " ".join(c.cmdline())]
+    """The server's live front-end processes (one that has died and is not reaped yet has no
+    command line left to read: it is not counted)."""
+    front_ends = []
+    for child in psutil.Process(server.process.pid).children():
+        try:
+            if FRONT_END_MODULE in " ".join(child.cmdline()):
+                front_ends.append(child)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return front_ends
 
 
 def _owner(front_ends: list[psutil.Process], server_port: int, client_port: int) -> int:
