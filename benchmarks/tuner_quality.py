@@ -24,7 +24,11 @@ delays, preferred sizes), in three steps:
 
 It prints per model and method: best feasible throughput / the grid's best, trials / grid
 size, estimated wall time (median and range over seeds, and the mean ratio, which the goal
-is about: >= 0.98 in <= 15% of the grid), then the live re-measure's ratios.
+is about: >= 0.98 in <= 15% of the grid), then the live re-measure's ratios. Raw results of
+steps 2 and 3: benchmarks/results/tuner_quality-<model>-<space>.compare.json (with
+`--remeasure-repeats`: .compare-remeasure.json): results_record's header, the settings, every
+replayed run per method and seed, and the re-measure's candidates (every repeat's median and
+range) with each method's winner over the live optimum; `--output` puts them elsewhere.
 `--live METHOD` runs one method live instead, one seed, real wall time.
 
     python benchmarks/tuner_quality.py --models digits --grid-minutes 30   # grid, resumable
@@ -54,7 +58,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,7 +74,7 @@ from grid_drift import (
 )
 from model_analyzer_run import load_results
 from peer import median_range
-from results_record import header
+from results_record import add_output_option, header, write_record
 from tritonclient.grpc import model_config_pb2 as mc
 
 from common.atomic import write_text_atomic
@@ -344,11 +348,16 @@ def load_grid_json(bench: Setup) -> Grid | None:
     }
     started = {c["key"]: float(c["started"]) for c in document["candidates"] if c.get("started")}
     missing = [c.key for c in bench.space.grid_points() if c.key not in table]
-    if missing or document["space"] != bench.space.describe():
+    extra = len([k for k in table if k]) - bench.space.size  # "" is the as-written trial
+    if missing or extra:
         raise SystemExit(
             f"{path}: made for another space ({len(missing)} of this space's candidates are "
-            "not in it): move it away and run the grid again"
+            f"not in it, {max(extra, 0)} of its own are not in this space): move it away and "
+            "run the grid again"
         )
+    if document["space"] != bench.space.describe():  # the same candidates, described anew
+        described = document["space"]
+        print(f"{path.name}: the same {bench.space.size} candidates, described as {described}")
     return Grid(table, started)
 
 
@@ -402,13 +411,36 @@ def print_rows(model: str, grid_seconds: float, rows: Sequence[MethodRow]) -> No
         )
 
 
+def replay_record(bench: Setup, grid_key: str, optimum: float, rows: Sequence[MethodRow]) -> dict:
+    """The replay's raw results: which grid file it read, the settings and every run per
+    method (its best, that best over the grid's, the trials it measured, the seconds those
+    trials took in the grid)."""
+    return {
+        "grid_file": bench.stem.with_suffix(".json").name,
+        "grid_best": {"key": grid_key, "throughput": optimum},
+        "grid_size": bench.space.size,
+        "methods": [
+            {
+                "method": row.method,
+                "winner": row.winner(),
+                "runs": [
+                    {**asdict(run), "of_grid_best": run.best_throughput / optimum}
+                    for run in row.runs
+                ],
+            }
+            for row in rows
+        ],
+    }
+
+
 def remeasure_winners(
     bench: Setup, table: dict[str, Measured], rows: Sequence[MethodRow], repeats: int
-) -> None:
+) -> dict:
     """The grid's top candidates and each method's most frequent winner measured again, all
     in the same interleaved rounds on one live server: the live optimum is the best median
     among the grid's top (one grid measurement of near-equal candidates picks a lucky one),
-    and each method's winner is judged against it."""
+    and each method's winner is judged against it. Returns the raw results: every candidate's
+    repeats, the live optimum and each method's winner over it."""
     settings = bench.settings()
     ranked = sorted(
         (m.outcome.throughput, key) for key, m in table.items() if settings.feasible(m.outcome)
@@ -433,6 +465,15 @@ def remeasure_winners(
         ).result
     key_of = {record.number: k for record, k in zip(records, keys, strict=True)}
     medians: dict[str, float] = {}
+    record: dict = {
+        "repeats": repeats,
+        "rounds": result.rounds,
+        "windows": result.windows,
+        "grid_top": top,
+        "candidates": [],
+        "live_optimum": None,
+        "winners": {},
+    }
     print(
         f"\n{bench.model}: re-measured live, {result.rounds} interleaved rounds "
         f"({result.windows}): the grid's top {len(top)} and each method's winner"
@@ -442,6 +483,15 @@ def remeasure_winners(
         spread = candidate.throughput
         if candidate.held and spread is not None:
             medians[key] = spread.median
+        record["candidates"].append(
+            {
+                "key": key,
+                "grid_throughput": table[key].outcome.throughput,
+                "held": candidate.held,
+                "message": candidate.message,
+                "throughput": asdict(spread) if spread else None,
+            }
+        )
         shown = f"{spread.median:,.0f} [{spread.low:,.0f}-{spread.high:,.0f}]" if spread else "-"
         grid_rank = f"grid #{top.index(key) + 1}" if key in top else "        "
         print(
@@ -451,15 +501,19 @@ def remeasure_winners(
     live_best = max((medians[k] for k in top if k in medians), default=0.0)
     if live_best <= 0:
         print("  no candidate of the grid's top held the budget live: nothing to compare")
-        return
+        return record
+    record["live_optimum"] = live_best
     print(f"  live optimum {live_best:,.0f} infer/s")
     for method, winner in winners.items():
+        share = medians[winner] / live_best if winner in medians else None
+        record["winners"][method] = {"key": winner, "of_live_optimum": share}
         if winner is None:
             print(f"  {method:<9} no winner")
-        elif winner in medians:
-            print(f"  {method:<9} {medians[winner] / live_best:.3f} of the live optimum ({winner})")
+        elif share is not None:
+            print(f"  {method:<9} {share:.3f} of the live optimum ({winner})")
         else:
             print(f"  {method:<9} its winner did not hold the budget live ({winner})")
+    return record
 
 
 def run_live(bench: Setup, table: dict[str, Measured] | None, args: argparse.Namespace) -> None:
@@ -511,6 +565,7 @@ def main() -> None:
     parser.add_argument("--live-seed", type=int, default=0)
     parser.add_argument("--narrow", action="store_true", help="fp32, delay 0/1 ms, no preferred")
     parser.add_argument("--max-batch-size-cap", type=int, default=128)
+    add_output_option(parser)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for model in args.models.split(","):
@@ -551,8 +606,22 @@ def compare(bench: Setup, grid: Grid, args: argparse.Namespace) -> None:
     print_rows(title, measuring_seconds(grid), rows)
     print(f"{bench.model}: the grid's {describe_drift(load_reference(bench))}")
     print_model_analyzer(bench, grid.table)
+    record = {
+        **header("tuner_quality"),
+        "model": bench.model,
+        "settings": {
+            "seeds": args.seeds,
+            "share": args.share,
+            "patience": args.patience,
+            "remeasure_repeats": args.remeasure_repeats,
+        },
+        "replay": replay_record(bench, key, best, rows),
+    }
     if args.remeasure_repeats:
-        remeasure_winners(bench, grid.table, rows, args.remeasure_repeats)
+        record["remeasure"] = remeasure_winners(bench, grid.table, rows, args.remeasure_repeats)
+    # Named after the grid it replays; a run with a re-measure keeps its own file.
+    suffix = "-remeasure" if args.remeasure_repeats else ""
+    write_record(f"{bench.stem.name}.compare{suffix}", record, args.output)
 
 
 def print_model_analyzer(bench: Setup, table: dict[str, Measured]) -> None:
