@@ -26,13 +26,19 @@ stability rule more easily at the same throughput: hence the second criterion.
 
 Installs perf_analyzer with scripts/install_perf_analyzer.sh when it is missing.
 Run: python benchmarks/analyzer_capacity.py [--seconds 2] [--stability 25] [--max-trials 10]
+
+Raw results: benchmarks/results/analyzer_capacity.json (results_record's header, the settings,
+the load averages at the start and the end, and every run: tool, mode (rate or concurrency),
+level, CSV infer/s and whether it stabilized, served requests/s, client and server CPU per
+request, server cores, whether the tool warned, reached and kept up, exit code). `--smoke` (one
+rate, concurrency 1, 0.5 s windows, 3 trials) writes into a new temporary folder, `--output`
+into the one it names.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import re
 import subprocess
@@ -41,9 +47,11 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
+from results_record import header, parse_with_smoke, write_record
 
 from common.serve_process import ServeProcessError, start_serve_process, stop_serve_process
 
@@ -105,6 +113,7 @@ class TreeCpu:
         self._last: dict[int, float] = {}
 
     def sample(self) -> float:
+        """The tree's CPU seconds now (exited processes at their last sample)."""
         try:
             processes = [self._root, *self._root.children(recursive=True)]
         except psutil.Error:
@@ -119,6 +128,9 @@ class TreeCpu:
 
 
 class Server:
+    """`autotune serve` on the bundled repository, with an HTTP client for its statistics and
+    its process tree's CPU."""
+
     def __init__(self, scratch: Path) -> None:
         try:
             self.process, self.url = start_serve_process(REPOSITORY, scratch / "server.log")
@@ -128,10 +140,12 @@ class Server:
         self.cpu = TreeCpu(self.process.pid)
 
     def served(self) -> int:
+        """The server's success count for the model so far."""
         stats = self.http.get(f"/v2/models/{MODEL}/stats").json()
         return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
 
     def stop(self) -> None:
+        """Close the client and stop the server."""
         self.http.close()
         stop_serve_process(self.process)
 
@@ -209,6 +223,7 @@ def measure(
 def commands(
     binary: Path, server: Server, args: argparse.Namespace, load: list[str], csv_path: Path
 ) -> dict[str, list[str]]:
+    """Each tool's command line for one level (`load`), with the same windows and CSV path."""
     windows = [
         *("-p", str(int(args.seconds * 1000))),
         *("-s", str(args.stability)),
@@ -221,12 +236,23 @@ def commands(
     return {THEIRS: [str(binary), *target], OURS: ours}
 
 
+def rate_levels(args: argparse.Namespace) -> list[float]:
+    """The request rates of --rates, in the order given."""
+    return [float(rate) for rate in args.rates.split(",")]
+
+
+def concurrency_levels(args: argparse.Namespace) -> list[int]:
+    """The concurrencies of --concurrencies, in the order given."""
+    return [int(concurrency) for concurrency in args.concurrencies.split(",")]
+
+
 def rate_sweep(
     binary: Path, server: Server, args: argparse.Namespace, scratch: Path
 ) -> list[ToolRun]:
+    """Each tool at each rate in turn, a tool dropped after MISSES_TO_DROP misses in a row."""
     runs: list[ToolRun] = []
     misses = {THEIRS: 0, OURS: 0}
-    for rate in (float(r) for r in args.rates.split(",")):
+    for rate in rate_levels(args):
         active = [tool for tool, missed in misses.items() if missed < MISSES_TO_DROP]
         if not active:
             break
@@ -244,8 +270,9 @@ def rate_sweep(
 def concurrency_runs(
     binary: Path, server: Server, args: argparse.Namespace, scratch: Path
 ) -> list[ToolRun]:
+    """Both tools at each concurrency, one after the other."""
     runs = []
-    for concurrency in (int(c) for c in args.concurrencies.split(",")):
+    for concurrency in concurrency_levels(args):
         csv_path = scratch / "concurrency.csv"
         load = ["--concurrency-range", str(concurrency)]
         for tool, command in commands(binary, server, args, load, csv_path).items():
@@ -256,6 +283,7 @@ def concurrency_runs(
 
 
 def print_run(run: ToolRun) -> None:
+    """One line for one run, as it finishes."""
     got = f"{run.throughput:9.1f}" if run.throughput is not None else "     none"
     got += "  " if run.stable else "*u"
     state = ""
@@ -275,6 +303,7 @@ def _yes(value: bool) -> str:
 
 
 def summarize(rate_runs: list[ToolRun], concurrency: list[ToolRun]) -> None:
+    """Each tool's highest rate by each criterion, then the fixed-concurrency table."""
     print(
         f"\nRequest-rate capacity on `{MODEL}` (95% of the rate; *u: never stabilized, so no"
         " CSV row: the mean of its last 3 windows is shown)"
@@ -326,24 +355,49 @@ def _fmt(run: ToolRun) -> str:
     return f"{run.throughput:.1f}" + ("" if run.stable else " *u")
 
 
+def record(
+    args: argparse.Namespace, runs: list[ToolRun], load_averages: dict[str, float]
+) -> dict[str, Any]:
+    """The raw results: results_record's header, the settings, the 1-minute load averages at
+    the start and the end, and every run with its two criteria."""
+    return {
+        **header("analyzer_capacity"),
+        "settings": {
+            "model": MODEL,
+            "window_ms": int(args.seconds * 1000),
+            "stability_percent": args.stability,
+            "max_trials": args.max_trials,
+            "rates": rate_levels(args),
+            "concurrencies": concurrency_levels(args),
+            "reached_share": REACHED_SHARE,
+            "misses_to_drop": MISSES_TO_DROP,
+            "cores": psutil.cpu_count(),
+        },
+        "load_average_1m": load_averages,
+        "runs": [{**asdict(r), "reached": r.reached, "kept_up": r.kept_up} for r in runs],
+    }
+
+
 def main() -> None:
+    """Measure both tools (rate sweep, then fixed concurrency), print them, write the record."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="measurement window (-p)")
     parser.add_argument("--stability", type=float, default=25.0, help="-s, percent")
     parser.add_argument("--max-trials", type=int, default=10, help="-r")
     parser.add_argument("--rates", default=RATES, help="request rates to sweep, ascending")
     parser.add_argument("--concurrencies", default=CONCURRENCIES)
-    parser.add_argument("--json", type=Path, default=None, help="also write every run here")
-    args = parser.parse_args()
+    smoke = {"seconds": 0.5, "max_trials": 3, "rates": "1000", "concurrencies": "1"}
+    args = parse_with_smoke(parser, smoke)
     binary = perf_analyzer()
     with tempfile.TemporaryDirectory() as name:
         scratch = Path(name)
         server = Server(scratch)
         try:
+            load_averages = {"start": round(os.getloadavg()[0], 2)}
             print(
                 f"server {server.url}; windows -p {int(args.seconds * 1000)} -s {args.stability:g}"
                 f" -r {args.max_trials}; {psutil.cpu_count()} cores; load average"
-                f" {os.getloadavg()[0]:.1f}",
+                f" {load_averages['start']:.1f}",
                 flush=True,
             )
             rate_runs = rate_sweep(binary, server, args, scratch)
@@ -351,11 +405,11 @@ def main() -> None:
         finally:
             server.stop()
     summarize(rate_runs, concurrency)
-    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} (1 min)")
-    if args.json is not None:
-        runs = rate_runs + concurrency
-        everything = [{**asdict(r), "reached": r.reached, "kept_up": r.kept_up} for r in runs]
-        args.json.write_text(json.dumps(everything, indent=2) + "\n")
+    load_averages["end"] = round(os.getloadavg()[0], 2)
+    print(f"\nload average at the end: {load_averages['end']:.1f} (1 min)")
+    write_record(
+        "analyzer_capacity", record(args, rate_runs + concurrency, load_averages), args.output
+    )
 
 
 if __name__ == "__main__":
