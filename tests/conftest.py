@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -85,18 +86,21 @@ def committed_config(model: str) -> bytes:
 
 @pytest.fixture(scope="session")
 def bundled_repository() -> Path:
-    """BUNDLED_REPOSITORY with the generated models (resnet18) built."""
-    subprocess.run(
-        [
-            sys.executable,
-            str(PROJECT_ROOT / "scripts" / "build_model_repository.py"),
-            "--repository",
-            str(SOURCE_REPOSITORY),
-        ],
-        check=True,
-        timeout=600,
-    )
-    sync_committed(SOURCE_REPOSITORY, BUNDLED_REPOSITORY)
+    """BUNDLED_REPOSITORY with the generated models (resnet18) built. Parallel test workers
+    (pytest-xdist) share the copy: the first builds while the others wait on its lock."""
+    with open(BUNDLED_REPOSITORY.parent / "build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [
+                sys.executable,
+                str(PROJECT_ROOT / "scripts" / "build_model_repository.py"),
+                "--repository",
+                str(SOURCE_REPOSITORY),
+            ],
+            check=True,
+            timeout=600,
+        )
+        sync_committed(SOURCE_REPOSITORY, BUNDLED_REPOSITORY)
     return BUNDLED_REPOSITORY
 
 
