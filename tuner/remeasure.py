@@ -16,7 +16,10 @@ search's load sat near the limit; this moment of the machine may be slower), and
 The other way, a candidate with headroom (its median, scaled to one more client, within 0.9 of
 the limit: its search stopped a level early on a noisy window) is measured again, as many
 rounds, at the higher load its figures say fits, and judged at whichever of the two loads gives
-the higher median throughput with its median within the budget.
+the higher median throughput with its median within the budget. When the time left cannot hold
+every round, the first pass's last rounds give way to the climbs: a candidate judged below the
+load it serves loses to one measured at its full load, and that comparison says nothing about
+the configs.
 """
 
 from __future__ import annotations
@@ -147,8 +150,8 @@ def remeasure(
     reached; by default the highest among `picked`)."""
     states = [_State(trial) for trial in picked]
     rounds = _Rounds(load, measure, budget, settings.repeats, deadline)
-    rounds.run(states)
     ceiling = load_ceiling if load_ceiling is not None else highest_load(picked)
+    rounds.run(states, keep_time_for=lambda: _climbers(states, budget, ceiling))
     climbing = _start_climbs(states, rounds, budget, ceiling)
     _measure_again(states, climbing, rounds, budget)
     judged = [judge(s.result(), budget, min_throughput) for s in states]
@@ -178,6 +181,11 @@ def highest_load(trials: Sequence[TrialRecord]) -> int:
     return max(1, int(max(loads, default=1.0)))
 
 
+def _climbers(states: Sequence[_State], budget: LatencyBudget, ceiling: int) -> int:
+    """How many candidates the figures so far say to measure again at a higher load."""
+    return sum(s.climb_load(budget, ceiling) is not None for s in states)
+
+
 def _start_climbs(
     states: Sequence[_State], rounds: _Rounds, budget: LatencyBudget, ceiling: int
 ) -> list[_State]:
@@ -186,8 +194,6 @@ def _start_climbs(
     measured below what it serves loses to one measured at its full load. None when the
     time budget leaves no round for them (their note says so)."""
     climbing = [s for s in states if s.climb_load(budget, ceiling) is not None]
-    if rounds.note:  # the first pass was cut short: no time for more
-        return []
     if not rounds.has_time_for(len(climbing)):
         for state in climbing:
             state.climbed = f"{state.headroom(budget)}: no time left to measure it higher"
@@ -206,8 +212,9 @@ def _measure_again(
     A candidate whose median percentile breaks the budget at the load its search chose (that
     load sat near the limit, and this moment of the machine is slower) is measured again, as
     many rounds, at the load that its own figures say fits the budget: the config may still
-    be the best one, served a little below the load the search reported."""
-    while not rounds.note:
+    be the best one, served a little below the load the search reported. Once the time
+    budget has cut a pass short, only the climbs it kept time for are measured."""
+    while climbing or not rounds.note:
         over = [s for s in states if s.backs_off(budget)]
         for state in over:
             state.lower_load(budget)
@@ -324,16 +331,19 @@ class _Rounds:
         per_measurement = self.measured_s / self.measured
         return time.monotonic() + count * per_measurement <= self.deadline
 
-    def run(self, states: Sequence[_State]) -> None:
-        """`repeats` rounds (fewer when the next would end past the deadline; the first
-        always runs)."""
+    def run(self, states: Sequence[_State], keep_time_for: Callable[[], int] = lambda: 0) -> None:
+        """`repeats` rounds (fewer when the next would end past the deadline, less the time of
+        `keep_time_for()` more measurements, as long as those so far; the first always
+        runs)."""
         started = time.monotonic()
         rounds = 0
         for round_index in range(self.repeats):
             if round_index and self.deadline is not None:
                 per_round = (time.monotonic() - started) / round_index
-                if time.monotonic() + per_round > self.deadline:
-                    self.note = f"the time budget allowed {round_index} of {self.repeats} rounds"
+                kept = keep_time_for()
+                kept_s = kept * self.measured_s / max(self.measured, 1)
+                if time.monotonic() + per_round + kept_s > self.deadline:
+                    self._cut(round_index, kept)
                     break
             for state in states:
                 if not state.message:
@@ -341,6 +351,14 @@ class _Rounds:
             rounds += 1
         if self.first_pass_rounds is None:
             self.first_pass_rounds = rounds
+
+    def _cut(self, done: int, kept: int) -> None:
+        """Say, once, that the time budget cut the rounds short."""
+        if self.note:
+            return
+        self.note = f"the time budget allowed {done} of {self.repeats} rounds"
+        if kept:
+            self.note += f", the rest of it kept to measure {kept} candidate(s) at a higher load"
 
     def _measure(self, state: _State) -> None:
         started = time.monotonic()

@@ -9,6 +9,7 @@ import io
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -481,6 +482,53 @@ def test_no_climb_when_the_time_budget_leaves_no_round_for_it() -> None:
     candidate = result.candidate(2)
     assert candidate is not None and candidate.concurrency == 4
     assert "(headroom): no time left to measure it higher" in result.note
+
+
+class _Clock:
+    """time.monotonic for the re-measure's module; the test's measurer moves it on."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_short_time_budget_gives_the_last_round_to_the_climb(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As in the resnet18 run on Triton (2026-12-05): the time left held two full rounds and
+    # part of a third, and the config as written, measured by its search at concurrency 4
+    # with headroom, was judged there against a challenger at 8 (its third round left no time
+    # to climb). Each measurement takes 10 s and 65 s are left: two rounds (40 s), then the
+    # climb at 8 (two rounds of one measurement) rather than a third round at 4.
+    clock = _Clock(10.0)
+    monkeypatch.setattr("tuner.remeasure.time", SimpleNamespace(monotonic=clock))
+    trials = [_trial(1, 1000.0, concurrency=8), _trial(0, 950.0, as_written=True, concurrency=4)]
+    server = _FakeServer({(1, 8): (1000.0, 17.0), (0, 4): (900.0, 8.0), (0, 8): (1010.0, 15.0)})
+
+    def measure(concurrency: int) -> Measurement:
+        clock.now += clock.step
+        return server.measure(concurrency)
+
+    remeasured = remeasure(
+        trials,
+        server.load,
+        measure,
+        BUDGET,
+        SETTINGS,
+        search_best=1,
+        deadline=65.0,
+        load_ceiling=8,
+    )
+    assert server.measured == [(1, 8), (0, 4)] * 2 + [(0, 8)] * 2
+    result = remeasured.result
+    as_written = result.candidate(0)
+    assert as_written is not None and as_written.concurrency == 8
+    assert result.winner == 0
+    assert "2 of 3 rounds, the rest of it kept to measure 1 candidate(s) at a higher load" in (
+        result.note
+    )
 
 
 def test_the_config_as_written_is_kept_when_the_gain_is_within_the_range_of_its_repeats() -> None:
