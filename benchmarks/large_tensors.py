@@ -10,17 +10,20 @@ onnxruntime in-process on the same input as the ceiling.
 
 The servers start once on free 127.0.0.1 ports; every server's output is checked with
 tritonclient first. Prints every run, then per cell each server's median [range] infer/s and
-p95 and server CPU seconds per 1,000 requests (its whole process tree), and the ratios
-ours / before and ours / triton of the median throughputs, with the load average before and
-after (the machine may be shared: CPU per request moves less with the load than throughput).
+p95, server CPU seconds per 1,000 requests (its whole process tree) and perf_analyzer's own
+CPU seconds per 1,000 requests, the ratios ours / before and ours / triton of the median
+throughputs, and what the machine's cores allow: cores / (server + client CPU per request),
+and cores / client CPU per request (a server that cost nothing), since client and servers share
+these cores. The load average before and after (the machine may be shared: CPU per request
+moves less with the load than throughput).
 Installs perf_analyzer on first use; Triton only with --install-triton
 (scripts/install_triton_peer.sh), else when already there.
 
 Raw results: benchmarks/results/large_tensors.json, or large_tensors-<protocol>.json when
 --protocols picks one: results_record's header, the settings (the 'before' revision, whether
 Triton ran), the load averages, the in-process rate and every run (server, protocol,
-concurrency, infer/s, p95 in us, server CPU s per 1,000 requests). `--smoke` (c1, one repeat,
-1 s windows) writes into a new temporary folder, `--output` into the one it names.
+concurrency, infer/s, p95 in us, server and client CPU s per 1,000 requests). `--smoke` (c1,
+one repeat, 1 s windows) writes into a new temporary folder, `--output` into the one it names.
 """
 
 from __future__ import annotations
@@ -86,9 +89,15 @@ def _triton_wrapper(install_it: bool) -> Path | None:
     return None
 
 
-def _summary(runs: list[Run], cpu: dict[Run, float], servers: list[str]) -> None:
+def _summary(
+    runs: list[Run], cpu: dict[Run, float], client_cpu: dict[Run, float], servers: list[str]
+) -> None:
+    cores = os.cpu_count() or 1
     print()
-    print("median [range] infer/s, p95 ms, server CPU s per 1,000 requests; ratios of medians")
+    print(
+        "median [range] infer/s, p95 ms, server and client (perf_analyzer) CPU s per 1,000 "
+        f"requests, what {cores} cores allow at those costs; ratios of medians"
+    )
     for cell, concurrency in sorted({(r.cell, r.concurrency) for r in runs}):
         medians: dict[str, float] = {}
         for name in servers:
@@ -99,11 +108,13 @@ def _summary(runs: list[Run], cpu: dict[Run, float], servers: list[str]) -> None
             rates = [r.infer_per_s for r in side]
             p95 = [r.p95_us / 1000 for r in side]
             cpu_s = [cpu[r] for r in side if r in cpu]
+            client_s = [client_cpu[r] for r in side if r in client_cpu]
             medians[name] = statistics.median(rates)
             print(
                 f"{cell} c{concurrency} {name:>7}: {median_range(rates, ',.0f')} infer/s, "
                 f"p95 {median_range(p95, '.2f')} ms, CPU {median_range(cpu_s, '.3f')} s, "
-                f"n={len(side)}"
+                f"client {median_range(client_s, '.3f')} s, "
+                f"{_ceilings(cores, cpu_s, client_s)}, n={len(side)}"
             )
         ratios = [
             f"{name} / {other} {medians[name] / medians[other]:.2f}"
@@ -114,6 +125,17 @@ def _summary(runs: list[Run], cpu: dict[Run, float], servers: list[str]) -> None
         ]
         if ratios:
             print(f"{cell} c{concurrency}: {', '.join(ratios)}")
+
+
+def _ceilings(cores: int, server_s: list[float], client_s: list[float]) -> str:
+    """What `cores` allow at the median CPU costs per 1,000 requests: with this server and
+    this client, and with the client alone."""
+    if not server_s or not client_s:
+        return "cores allow -"
+    server, client = statistics.median(server_s), statistics.median(client_s)
+    both = cores * 1000 / (server + client) if server + client > 0 else float("inf")
+    alone = cores * 1000 / client if client > 0 else float("inf")
+    return f"cores allow {both:,.0f} (client alone {alone:,.0f}) infer/s"
 
 
 def main() -> None:
@@ -145,6 +167,7 @@ def main() -> None:
     print(f"in-process onnxruntime, one request at a time: {in_process_rate:,.0f} infer/s")
     runs: list[Run] = []
     cpu: dict[Run, float] = {}
+    client_cpu: dict[Run, float] = {}
     with tempfile.TemporaryDirectory() as scratch_name, ExitStack() as stack:
         scratch = Path(scratch_name)
         large_model.write_model(scratch / "repository")
@@ -193,7 +216,9 @@ def main() -> None:
                             usage = monitor.usage
                             if usage is not None and usage.cpu_s_per_1000 is not None:
                                 cpu[run] = usage.cpu_s_per_1000
-    _summary(runs, cpu, [s.name for s in servers])
+                            if usage is not None and usage.client_cpu_s_per_1000 is not None:
+                                client_cpu[run] = usage.client_cpu_s_per_1000
+    _summary(runs, cpu, client_cpu, [s.name for s in servers])
     load_at_end = os.getloadavg()[0]
     print(f"load average at the end: {load_at_end:.2f}")
     record = {
@@ -206,7 +231,15 @@ def main() -> None:
         },
         "load_average_1m": {"start": round(load_at_start, 2), "end": round(load_at_end, 2)},
         "in_process_infer_per_s": in_process_rate,
-        "runs": [{**asdict(run), "cpu_s_per_1000": cpu.get(run)} for run in runs],
+        "cores": os.cpu_count(),
+        "runs": [
+            {
+                **asdict(run),
+                "cpu_s_per_1000": cpu.get(run),
+                "client_cpu_s_per_1000": client_cpu.get(run),
+            }
+            for run in runs
+        ],
     }
     variant = "" if sorted(args.protocols) == sorted(protocols) else "-" + "+".join(args.protocols)
     write_record(f"large_tensors{variant}", record, args.output)

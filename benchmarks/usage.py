@@ -9,16 +9,20 @@ process tree, and the requests it answered in that time.
   SAMPLE_INTERVAL_S by a thread of this process while the measurement runs; its highest sample.
   Pages shared between processes (the shared-memory tensors of the python backends) count once
   per process that maps them.
+- Client CPU: user + system time of the processes this script ran and reaped during the
+  measurement (perf_analyzer; getrusage's RUSAGE_CHILDREN before and after), for what the client
+  itself costs on a machine it shares with the server.
 - Requests: the difference in the model's statistics (KServe v2 statistics extension, over
   HTTP) before and after: successful requests, inferences (rows) and executions (batches). This
   counts every request of the whole perf_analyzer run (its warm-up and unstable windows too),
   the same span the CPU time covers; perf_analyzer's own request count covers only the windows it
   reports.
-Used by benchmarks/vs_triton.py; not a script.
+Used by benchmarks/vs_triton.py and large_tensors.py; not a script.
 """
 
 from __future__ import annotations
 
+import resource
 import threading
 from dataclasses import dataclass
 from types import TracebackType
@@ -43,12 +47,20 @@ class Usage:
     cpu_s: float
     peak_rss_bytes: int
     served: Counts  # during the measurement
+    client_cpu_s: float = 0.0  # the reaped children's: the client's
 
     @property
     def cpu_s_per_1000(self) -> float | None:
+        return self._per_1000(self.cpu_s)
+
+    @property
+    def client_cpu_s_per_1000(self) -> float | None:
+        return self._per_1000(self.client_cpu_s)
+
+    def _per_1000(self, cpu_s: float) -> float | None:
         if self.served.requests <= 0:
             return None
-        return self.cpu_s * 1000 / self.served.requests
+        return cpu_s * 1000 / self.served.requests
 
     @property
     def average_batch(self) -> float | None:
@@ -86,6 +98,12 @@ def tree_rss_bytes(pid: int) -> int:
     return total
 
 
+def reaped_children_cpu_s() -> float:
+    """User + system seconds of this process's children that have ended and been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def model_counts(server: Server, model: str) -> Counts:
     """The model's cumulative counts from the server's statistics extension."""
     client = httpclient.InferenceServerClient(server.urls["http"])
@@ -111,6 +129,7 @@ class UsageMonitor:
         self._peak = 0
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._cpu_before = 0.0
+        self._client_cpu_before = 0.0
         self._counts_before = Counts(0, 0, 0)
         self.usage: Usage | None = None
 
@@ -122,6 +141,7 @@ class UsageMonitor:
     def __enter__(self) -> UsageMonitor:
         self._counts_before = model_counts(self.server, self.model)
         self._cpu_before = tree_cpu_s(self._pid)
+        self._client_cpu_before = reaped_children_cpu_s()
         self._sampler.start()
         return self
 
@@ -132,6 +152,7 @@ class UsageMonitor:
         traceback: TracebackType | None,
     ) -> None:
         cpu_after = tree_cpu_s(self._pid)
+        client_cpu = reaped_children_cpu_s() - self._client_cpu_before
         self._stop.set()
         self._sampler.join()
         if kind is not None:
@@ -143,4 +164,4 @@ class UsageMonitor:
             after.inferences - before.inferences,
             after.executions - before.executions,
         )
-        self.usage = Usage(cpu_after - self._cpu_before, self._peak, served)
+        self.usage = Usage(cpu_after - self._cpu_before, self._peak, served, client_cpu)
