@@ -1,8 +1,8 @@
 """resnet18 (TorchScript) served on `KIND_GPU` instances against the same module run in-process
 with torch on the same GPU: how much of the GPU's speed survives serving.
 
-    python benchmarks/gpu_serving.py                          # KIND_GPU: needs CUDA
-    python benchmarks/gpu_serving.py --workers 1 4 8 --concurrency 16 32 64
+    python benchmarks/gpu_serving.py                          # KIND_GPU: needs CUDA (~5 min)
+    python benchmarks/gpu_serving.py --workers 1 4 8 --concurrency 8 32 64
     python benchmarks/gpu_serving.py --kind KIND_CPU --smoke  # the whole path on a CPU machine
 
 - The model: resnet18 (torchvision's where it is installed, else the same network from torch.nn;
@@ -290,9 +290,9 @@ def main() -> None:
     parser.add_argument("--delay-us", type=int, default=1000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--window-ms", type=int, default=3000)
+    parser.add_argument("--window-ms", type=int, default=2000)
     parser.add_argument("--in-process-s", type=float, default=3.0)
     parser.add_argument("--in-process-batches", type=int, nargs="+", default=None)
     args = parse_with_smoke(

@@ -1,5 +1,6 @@
 """Triton's pytorch (libtorch) backend: a TorchScript `model.pt` run with torch, on the CPU or
-(KIND_GPU, with a CUDA build of torch) on the GPU its instance is given; the config's
+(KIND_GPU, with a CUDA build of torch) on the GPU its instance is given, on a stream of its own
+with its inputs and outputs through pinned buffers (`torch_device.py`); the config's
 `parameters` as `pytorch_options.py` reads them.
 
 Input mapping follows Triton: when every config input name is an argument of `forward()`, the
@@ -30,6 +31,7 @@ from protocol.errors import ProtocolError
 from serve.backends.base import Backend, BatchTimes, InstanceContext, ModelInstance, RequestResult
 from serve.backends.batching import batch_rows, concat_inputs, split_outputs
 from serve.backends.pytorch_options import TorchOptions
+from serve.backends.torch_device import DeviceFeed
 from serve.errors import ServeError
 from serve.inference import InferRequest
 from serve.platform import ServingPlatform
@@ -198,7 +200,7 @@ def _error_text(exc: Exception) -> str:
 
 class PyTorchInstance(ModelInstance):
     """One TorchScript module, on the CPU or (KIND_GPU) on its instance's CUDA device: inputs
-    are copied there and outputs back."""
+    are copied there and outputs back, on the instance's stream (`DeviceFeed`)."""
 
     def __init__(self, context: InstanceContext) -> None:
         super().__init__(context)
@@ -208,6 +210,7 @@ class PyTorchInstance(ModelInstance):
         self._outputs = _OutputPlan((), {}, {})
         self._batching = context.config.max_batch_size > 0
         self._device = "cpu"
+        self._feed: DeviceFeed | None = None  # on a GPU: the instance's stream and buffers
 
     def load(self) -> None:
         import torch
@@ -235,9 +238,12 @@ class PyTorchInstance(ModelInstance):
         module.eval()
         self._inputs = _plan_inputs(ctx.model_name, ctx.config, _forward_arguments(module))
         self._module = module
+        if self._device != "cpu":
+            self._feed = DeviceFeed(self._device)
 
     def unload(self) -> None:
         self._module = None
+        self._feed = None
 
     def execute(self, requests: Sequence[InferRequest], times: BatchTimes) -> list[RequestResult]:
         results: dict[int, RequestResult] = {}
@@ -274,10 +280,7 @@ class PyTorchInstance(ModelInstance):
         start = time.perf_counter_ns()
         rows = [batch_rows(request) for request in batch]
         try:
-            arrays = concat_inputs(batch) if len(batch) > 1 else batch[0].inputs
-            tensors = {name: _to_tensor(arrays[name]) for name in present}
-            if self._device != "cpu":
-                tensors = {name: t.to(self._device) for name, t in tensors.items()}
+            tensors = self._device_inputs(batch, present)
         except Exception as exc:
             error = ServeError.internal(f"model '{model}': cannot prepare inputs: {exc}")
             return [error] * len(batch)
@@ -300,6 +303,16 @@ class PyTorchInstance(ModelInstance):
         times.compute_output_ns += time.perf_counter_ns() - infer_done
         return results
 
+    def _device_inputs(
+        self, batch: Sequence[InferRequest], present: Sequence[str]
+    ) -> dict[str, torch.Tensor]:
+        """The batch's inputs as tensors on the instance's device, the requests' rows stacked."""
+        feed = self._feed
+        if feed is not None:
+            return {name: feed.upload(name, [r.inputs[name] for r in batch]) for name in present}
+        arrays = concat_inputs(batch) if len(batch) > 1 else batch[0].inputs
+        return {name: _to_tensor(arrays[name]) for name in present}
+
     def _forward(self, tensors: dict[str, torch.Tensor]) -> Any:
         import torch
 
@@ -321,6 +334,8 @@ class PyTorchInstance(ModelInstance):
                 stack.enter_context(torch.backends.cudnn.flags(enabled=False))
             if on_gpu and options.cache_cleaning:
                 stack.callback(torch.cuda.empty_cache)
+            if self._feed is not None:
+                stack.enter_context(self._feed.on_stream())
             if self._inputs.by_keyword:
                 return self._module(**tensors)
             return self._module(*(tensors[name] for name in self._inputs.names))
@@ -329,7 +344,11 @@ class PyTorchInstance(ModelInstance):
         """One forward() on whole arrays (the batch dimension included where the model
         batches), outside any server: the config's outputs as numpy arrays."""
         present = [name for name in self._inputs.names if name in arrays]
-        tensors = {name: _to_tensor(arrays[name]).to(self._device) for name in present}
+        feed = self._feed
+        if feed is not None:
+            tensors = {name: feed.upload(name, [arrays[name]]) for name in present}
+        else:
+            tensors = {name: _to_tensor(arrays[name]) for name in present}
         raw = self._forward(tensors)
         rows = len(arrays[present[0]]) if self._batching and present else 0
         return self._to_arrays(raw, rows)
@@ -369,17 +388,31 @@ class PyTorchInstance(ModelInstance):
                 f"model '{model}' returned {type(raw).__name__}; expected a tensor, "
                 "a tuple/list of tensors or a dict of tensors"
             )
-        return {name: self._output_array(name, value, total_rows) for name, value in picked.items()}
+        for name, value in picked.items():
+            if not isinstance(value, torch.Tensor):
+                raise ServeError.internal(
+                    f"model '{model}': output '{name}' is {type(value).__name__}, not a tensor"
+                )
+        return {
+            name: self._output_array(name, array, total_rows)
+            for name, array in self._host_arrays(picked).items()
+        }
 
-    def _output_array(self, name: str, value: Any, total_rows: int) -> np.ndarray:
-        import torch
+    def _host_arrays(self, tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        """The outputs in host memory: through the instance's stream and buffers on a GPU (a
+        dtype numpy lacks, e.g. bfloat16, fails in the dtype check after `.cpu()`)."""
+        feed = self._feed
+        if feed is not None:
+            try:
+                return feed.download(tensors)
+            except TypeError:
+                if feed.stream is not None:
+                    feed.stream.synchronize()
+        return {name: value.detach().cpu().numpy() for name, value in tensors.items()}
 
+    def _output_array(self, name: str, array: np.ndarray, total_rows: int) -> np.ndarray:
         model = self.context.model_name
-        if not isinstance(value, torch.Tensor):
-            raise ServeError.internal(
-                f"model '{model}': output '{name}' is {type(value).__name__}, not a tensor"
-            )
-        array = np.ascontiguousarray(value.detach().cpu().numpy())
+        array = np.ascontiguousarray(array)
         expected = self._outputs.dtypes[name]
         if array.dtype != expected:
             raise ServeError.internal(

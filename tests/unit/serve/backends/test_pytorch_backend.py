@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ import torch
 from serve.api import open_torchscript
 from serve.backends.pytorch import PyTorchBackend, PyTorchInstance
 from serve.backends.pytorch_options import TorchOptions
+from serve.backends.torch_device import DeviceFeed
 
 # torch 2.9+ deprecates TorchScript; Triton's pytorch backend serves it all the same.
 pytestmark = pytest.mark.filterwarnings(r"ignore:`torch\.jit\.:DeprecationWarning")
@@ -359,3 +360,40 @@ def test_autocomplete_requires_declared_io() -> None:
     assert "'output'" in error.value.message and "config.pbtxt" in error.value.message
     config.output.add(name="y", data_type=mc.TYPE_FP32, dims=[1])
     backend.autocomplete(config, Path("model.pt"))
+
+
+def test_batches_through_a_device_feed_serve_as_without_one(tmp_path: Path) -> None:
+    # A KIND_GPU instance moves its batches through a DeviceFeed (its stream, pinned buffers).
+    # No GPU here: the same feed on the CPU, put in place of the one a GPU load makes, must
+    # give every request its own rows back, batch after batch, as the plain path does.
+    instance = make_instance(tmp_path, AddSub(), ADD_SUB_CONFIG)
+    instance.load()
+    feed = _CountingFeed("cpu", pin=False)
+    instance._feed = feed
+    for batch, row_counts in enumerate(([1, 3, 2], [2], [4, 4])):
+        xs = [rows(n, 100 * batch + seed) for seed, n in enumerate(row_counts)]
+        ys = [rows(n, 100 * batch + seed + 50) for seed, n in enumerate(row_counts)]
+        requests = [request("addsub", INPUT__0=x, INPUT__1=y) for x, y in zip(xs, ys, strict=True)]
+        results = instance.execute(requests, BatchTimes())
+        for x, y, result in zip(xs, ys, results, strict=True):
+            outputs = ok(result)
+            np.testing.assert_allclose(outputs["OUTPUT__0"], x + y, rtol=1e-6)
+            np.testing.assert_allclose(outputs["OUTPUT__1"], x - y, rtol=1e-6)
+    arrays = instance.run_arrays({"INPUT__0": rows(2, 7), "INPUT__1": rows(2, 8)})
+    np.testing.assert_allclose(arrays["OUTPUT__0"], rows(2, 7) + rows(2, 8), rtol=1e-6)
+    assert (feed.uploads, feed.downloads) == (4 * 2, 4)  # every batch and run went through it
+    instance.unload()
+
+
+class _CountingFeed(DeviceFeed):
+    def __init__(self, device: str, *, pin: bool) -> None:
+        super().__init__(device, pin=pin)
+        self.uploads = self.downloads = 0
+
+    def upload(self, name: str, parts: Sequence[np.ndarray]) -> torch.Tensor:
+        self.uploads += 1
+        return super().upload(name, parts)
+
+    def download(self, values: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        self.downloads += 1
+        return super().download(values)
