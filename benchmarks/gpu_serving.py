@@ -51,6 +51,7 @@ import psutil
 import torch
 from peer import run_main
 from results_record import header, parse_with_smoke, write_record
+from usage import tree_cpu_s
 
 from analyzer.api import AnalyzerError, LoadLevel, LoadOptions, MeasureSettings, measure
 from common.serve_process import (
@@ -164,22 +165,6 @@ def start(repository: Path, log: Path, workers: int) -> Server:
     return Server(f"w{workers}", process, {"http": http, "grpc": grpc}, f"{metrics}/metrics")
 
 
-def tree_cpu_s(pid: int) -> float:
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
-    for process in processes:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def measure_served(
     server: Server,
     mode: str,
@@ -243,7 +228,7 @@ def summarize(runs: list[Served], ceiling: float) -> dict[str, Any]:
                 rate = statistics.median(r.infer_per_s for r in level)
                 cores = statistics.median(r.server_cores_busy for r in level)
                 gpu = [r.gpu_utilization for r in level if r.gpu_utilization is not None]
-                figures = {
+                figures: dict[str, Any] = {
                     "server": server,
                     "concurrency": concurrency,
                     "infer_per_s": rate,
