@@ -399,8 +399,8 @@ class PyTorchInstance(ModelInstance):
         }
 
     def _host_arrays(self, tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-        """The outputs in host memory: through the instance's stream and buffers on a GPU (a
-        dtype numpy lacks, e.g. bfloat16, fails in the dtype check after `.cpu()`)."""
+        """The outputs in host memory: through the instance's stream and buffers on a GPU. A
+        dtype numpy has no type for (e.g. bfloat16) is an error naming the output."""
         feed = self._feed
         if feed is not None:
             try:
@@ -408,7 +408,16 @@ class PyTorchInstance(ModelInstance):
             except TypeError:
                 if feed.stream is not None:
                     feed.stream.synchronize()
-        return {name: value.detach().cpu().numpy() for name, value in tensors.items()}
+        arrays = {}
+        for name, value in tensors.items():
+            try:
+                arrays[name] = value.detach().cpu().numpy()
+            except TypeError as exc:
+                raise ServeError.internal(
+                    f"model '{self.context.model_name}': output '{name}' is {value.dtype}, "
+                    f"which the config's {_type_name(self._outputs.dtypes[name])} cannot carry"
+                ) from exc
+        return arrays
 
     def _output_array(self, name: str, array: np.ndarray, total_rows: int) -> np.ndarray:
         model = self.context.model_name

@@ -397,3 +397,17 @@ class _CountingFeed(DeviceFeed):
     def download(self, values: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
         self.downloads += 1
         return super().download(values)
+
+
+class BFloat16Out(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.bfloat16)
+
+
+def test_an_output_numpy_cannot_hold_names_the_output(tmp_path: Path) -> None:
+    config = ONE_IN_ONE_OUT.format(name="bf16", max_batch_size=8, extra="")
+    instance = make_instance(tmp_path, BFloat16Out(), config)
+    instance.load()
+    (result,) = instance.execute([request("bf16", INPUT__0=rows(2, 0))], BatchTimes())
+    assert isinstance(result, ServeError) and result.kind is ErrorKind.INTERNAL
+    assert "output 'OUTPUT__0' is torch.bfloat16" in str(result) and "TYPE_FP32" in str(result)
