@@ -356,7 +356,8 @@ class _Rounds:
         """Say, once, that the time budget cut the rounds short."""
         if self.note:
             return
-        self.note = f"the time budget allowed {done} of {self.repeats} rounds"
+        again = "" if self.first_pass_rounds is None else " at the lowered or raised loads"
+        self.note = f"the time budget allowed {done} of {self.repeats} rounds{again}"
         if kept:
             self.note += f", the rest of it kept to measure {kept} candidate(s) at a higher load"
 

@@ -531,6 +531,26 @@ def test_a_short_time_budget_gives_the_last_round_to_the_climb(
     )
 
 
+def test_a_cut_after_the_first_pass_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three full rounds fit (30 s of 45); the back-off's rounds at a lower load get one.
+    clock = _Clock(10.0)
+    monkeypatch.setattr("tuner.remeasure.time", SimpleNamespace(monotonic=clock))
+    server = _FakeServer({(1, 8): (1000.0, 30.0), (1, 4): (950.0, 15.0)})
+
+    def measure(concurrency: int) -> Measurement:
+        clock.now += clock.step
+        return server.measure(concurrency)
+
+    one = RemeasureSettings(top=1, repeats=3)
+    trials = [_trial(1, 1000.0, concurrency=8)]
+    result = remeasure(
+        trials, server.load, measure, BUDGET, one, search_best=1, deadline=45.0
+    ).result
+    assert server.measured == [(1, 8)] * 3 + [(1, 4)]
+    assert result.rounds == 3
+    assert "the time budget allowed 1 of 3 rounds at the lowered or raised loads" in result.note
+
+
 def test_the_config_as_written_is_kept_when_the_gain_is_within_the_range_of_its_repeats() -> None:
     # As on resnet18 (2026-12): the challenger's median is higher, but inside the range the
     # config as written itself spanned over the same interleaved rounds: noise, not a gain.
