@@ -519,3 +519,14 @@ def test_engine_precisions_need_tensorrt_and_a_cuda_torch() -> None:
     assert tensorrt_engines_missing(with_tensorrt) is not None
     assert "tensorrt package" in (tensorrt_engines_missing(_serving(1, ())) or "")
     assert tensorrt_engines_missing(_serving(0, ())) == "no GPU is visible"
+
+
+def test_a_python_model_may_have_more_instances_than_cores() -> None:
+    # Its instances are processes that idle while each batch is handed over: up to two a core.
+    space = build_space(_config("add_sub_py"), Platform(cpu_count=2))
+    assert space.instance_counts == (1, 2, 3, 4)
+    capped = build_space(
+        _config("add_sub_py"), Platform(cpu_count=2), SpaceOptions(max_instances=3)
+    )
+    assert capped.instance_counts == (1, 2, 3)
+    assert build_space(_config("digits"), Platform(cpu_count=2)).instance_counts == (1, 2)
