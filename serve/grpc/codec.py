@@ -139,6 +139,12 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> pb.
 _RAW_OUTPUT_TAG = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents
 
 
+def raw_output_bytes(response: InferResponse) -> int:
+    """About how many bytes the response's raw_output_contents carry (its arrays' sizes; a
+    BYTES output's, and one written to a shared-memory region, count as their arrays')."""
+    return sum(output.data.nbytes for output in response.outputs)
+
+
 def encode_infer_response_wire(
     response: InferResponse, request: InferRequest
 ) -> tuple[list[bytes | memoryview], int]:

@@ -22,7 +22,9 @@ from serve.dataplane_api import DataPlaneApi
 from serve.errors import ServeError
 from serve.grpc.codec import (
     decode_infer_request,
+    encode_infer_response,
     encode_infer_response_wire,
+    raw_output_bytes,
 )
 from serve.grpc.endpoint import STOP_GRACE_S
 from serve.grpc.http2.calls import Call, Router, RpcMethod
@@ -42,7 +44,8 @@ SERVICE = "inference.GRPCInferenceService"
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 _INVALID = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 _STREAMING = {"ModelStreamInfer"}
-# An answer at least this large is written from its outputs' own buffers.
+# An answer whose outputs hold at least this many bytes is written from their own buffers; a
+# smaller one is serialized by protobuf in one call (its Python-level framing costs more).
 LARGE_ANSWER = 1 << 16
 
 
@@ -124,8 +127,10 @@ class _Infer:
         if trace is not None:
             trace.stamp("GRPC_SEND_START")
         try:
-            parts, total = encode_infer_response_wire(result, request)
-            call.respond(parts if total >= LARGE_ANSWER else b"".join(parts))
+            if raw_output_bytes(result) >= LARGE_ANSWER:
+                call.respond(encode_infer_response_wire(result, request)[0])
+            else:
+                call.respond(encode_infer_response(result, request).SerializeToString())
         except ServeError as exc:
             call.finish(_code(exc), exc.message)
         if trace is not None:
