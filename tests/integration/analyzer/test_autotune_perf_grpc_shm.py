@@ -27,6 +27,7 @@ from analyzer.load.options import LoadOptions
 from common.gpu import list_gpus
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.server_process import RunningServer, start_server, stop_server
+from tests.support.signals import interruptible
 
 QUICK = ["-p", "500", "-s", "50", "-r", "20"]
 SHM_DIRECTORY = Path("/dev/shm")
@@ -180,7 +181,12 @@ def test_interrupted_run_releases_its_regions(
     # (it hung so, rarely, in CI: 2 of the last 3 full runs, never alone; the stack says where)
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=interruptible,
     )
     try:
         deadline = time.monotonic() + 60

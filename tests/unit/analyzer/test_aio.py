@@ -10,6 +10,7 @@ import sys
 import threading
 
 from analyzer.aio import run
+from tests.support.signals import interruptible
 
 PROGRAM = """
 import asyncio, signal, sys
@@ -36,7 +37,10 @@ except KeyboardInterrupt:
 
 def _interrupted(mode: str, sleep_s: float) -> tuple[int, str]:
     process = subprocess.Popen(
-        [sys.executable, "-c", PROGRAM, mode, str(sleep_s)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", PROGRAM, mode, str(sleep_s)],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
     )
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "started"
@@ -61,9 +65,10 @@ def test_a_run_outside_the_main_thread_has_no_signal_handling_and_still_runs() -
         await asyncio.sleep(0)
         return "done"
 
+    handler = signal.getsignal(signal.SIGINT)
     results: list[str] = []
     thread = threading.Thread(target=lambda: results.append(run(main())))
     thread.start()
     thread.join(timeout=30)
     assert results == ["done"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is handler
