@@ -46,6 +46,14 @@ class Cancellation:
         else:
             self._listeners.append(listener)
 
+    def forget(self, listener: Callable[[], None]) -> None:
+        """Stop calling `listener` (a request that left its queue). A listener refers to its
+        request and the request to this, so one left listening would keep the request alive
+        until the cyclic garbage collector finds it."""
+        listeners = self._listeners
+        if listeners is not None and listener in listeners:
+            listeners.remove(listener)
+
 
 @dataclass(slots=True, frozen=True)
 class RegionSlice:

@@ -48,6 +48,20 @@ class _Pending:
     timer: asyncio.TimerHandle | None = None
     queued: bool = True
     dispatch_ns: int = 0
+    on_cancel: Callable[[], None] | None = None  # listening to the request's Cancellation
+
+
+def _leave_queue(pending: _Pending) -> None:
+    """A request taken out of its queue no longer expires or listens for its client (which
+    also breaks the reference cycle request -> cancellation -> listener -> pending)."""
+    pending.queued = False
+    if pending.timer is not None:
+        pending.timer.cancel()
+        pending.timer = None
+    if pending.on_cancel is not None:
+        cancellation = present(pending.request.cancellation, "a listening request's cancellation")
+        cancellation.forget(pending.on_cancel)
+        pending.on_cancel = None
 
 
 def _signature(request: InferRequest) -> tuple[object, ...]:
@@ -121,7 +135,8 @@ class DynamicBatcher:
         if timeout_us > 0:
             pending.timer = self._loop.call_later(timeout_us / 1e6, self._expire, pending)
         if cancellation is not None:
-            cancellation.listen(functools.partial(self._cancelled, pending))
+            pending.on_cancel = functools.partial(self._cancelled, pending)
+            cancellation.listen(pending.on_cancel)
         queue.append(pending)
         self._queued += 1
         self._idle_event.clear()
@@ -230,10 +245,8 @@ class DynamicBatcher:
             removed = queue.popleft()
             if removed is not pending:
                 raise InvariantError("batches are taken from the front of the queues")
-            pending.queued = False
             pending.dispatch_ns = now
-            if pending.timer is not None:
-                pending.timer.cancel()
+            _leave_queue(pending)
         self._queued -= len(batch)
         self._in_flight += 1
         worker.run([p.request for p in batch], functools.partial(self._batch_done, batch))
@@ -287,9 +300,7 @@ class DynamicBatcher:
         """Take a queued request out of its queue and fail it with `error`."""
         queue = self._delayed if pending.level < 0 else self._queues[pending.level]
         queue.remove(pending)
-        pending.queued = False
-        if pending.timer is not None:
-            pending.timer.cancel()
+        _leave_queue(pending)
         self._queued -= 1
         self._stats.record_failure(time.monotonic_ns() - pending.enqueue_ns, reason)
         self._deliver(pending, error)

@@ -6,6 +6,7 @@ schedulers' own tests: batches are held by gates the test opens, so no timing de
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Iterator
 
@@ -102,6 +103,35 @@ def test_cancelling_a_running_request_leaves_it_to_the_model() -> None:
             assert h.stats.failures[FailureReason.CANCELED] == 0
 
     dyn.run(body)
+
+
+@pytest.mark.parametrize("batching", [True, False], ids=["dynamic-batcher", "default-scheduler"])
+def test_an_answered_request_is_freed_without_the_cycle_collector(batching: bool) -> None:
+    """A request that left the queue no longer listens for its client: a listener left behind
+    (request -> cancellation -> listener -> queue entry -> request) kept every answered request
+    alive until the cycle collector ran, which cost ~9% of the server's CPU on small requests."""
+    config = dyn.model_config(8, dyn.BATCHING) if batching else dyn.model_config(0)
+    cycles: list[object] = []
+
+    async def body() -> None:
+        async with dyn.Harness(config) as h:
+            gc.collect()
+            gc.disable()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                for index in range(3):
+                    send(h, f"r{index}", Cancellation())
+                await h.all_done()
+                h.assert_ok("r0", "r1", "r2")
+                gc.collect()
+                cycles.extend(o for o in gc.garbage if isinstance(o, InferRequest))
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+                gc.enable()
+
+    dyn.run(body)
+    assert cycles == []
 
 
 def _sequence_request(
