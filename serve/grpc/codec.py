@@ -147,17 +147,16 @@ def raw_output_bytes(response: InferResponse) -> int:
 
 def encode_infer_response_wire(
     response: InferResponse, request: InferRequest
-) -> tuple[list[bytes | memoryview], int]:
-    """The serialized ModelInferResponse as buffers, in order, and their total length: what
-    `encode_infer_response` gives, serialized, with each output's bytes a view of its array
-    when that is already little-endian and contiguous."""
+) -> list[bytes | memoryview]:
+    """The serialized ModelInferResponse as buffers, in order: what `encode_infer_response`
+    gives, serialized, with each output's bytes a view of its array when that is already
+    little-endian and contiguous."""
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version,
         id=response.id or request.id,
     )
     tail: list[bytes | memoryview] = []
-    total = 0
     for output in response.outputs:
         data = output.data
         message.outputs.add(name=output.name, datatype=output.datatype, shape=data.shape)
@@ -166,11 +165,10 @@ def encode_infer_response_wire(
             raw = _output_buffer(output.name, output.datatype, data)
         tag = _RAW_OUTPUT_TAG + _varint(len(raw))
         tail += (tag, raw)
-        total += len(tag) + len(raw)
     if response.parameters:
         encode_parameters(response.parameters, message.parameters)
     head = message.SerializeToString()
-    return [head, *tail], len(head) + total
+    return [head, *tail]
 
 
 def _output_buffer(name: str, datatype: str, data: np.ndarray) -> bytes | memoryview:

@@ -128,7 +128,7 @@ class _Infer:
             trace.stamp("GRPC_SEND_START")
         try:
             if raw_output_bytes(result) >= LARGE_ANSWER:
-                call.respond(encode_infer_response_wire(result, request)[0])
+                call.respond(encode_infer_response_wire(result, request))
             else:
                 call.respond(encode_infer_response(result, request).SerializeToString())
         except ServeError as exc:

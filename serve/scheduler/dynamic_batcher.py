@@ -58,8 +58,8 @@ def _leave_queue(pending: _Pending) -> None:
     if pending.timer is not None:
         pending.timer.cancel()
         pending.timer = None
-    if pending.on_cancel is not None:
-        cancellation = present(pending.request.cancellation, "a listening request's cancellation")
+    cancellation = pending.request.cancellation
+    if pending.on_cancel is not None and cancellation is not None:
         cancellation.forget(pending.on_cancel)
         pending.on_cancel = None
 
