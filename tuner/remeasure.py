@@ -93,10 +93,14 @@ class RemeasureSettings:
         )
 
     def reserve_s(self) -> float:
-        """About what the re-measure takes when each level settles in its first windows."""
+        """About what the re-measure takes when each level settles in its first windows, one
+        candidate measured again at a raised or lowered load included (the config as written
+        usually has headroom at the load its search chose; without time for that climb's
+        rounds, the first pass's last rounds go to it, and a one-round comparison keeps the
+        config as written)."""
         m = self.measure
         per_measurement = (m.stability_window + 1) * m.measurement_interval_ms / 1000
-        return self.top * self.repeats * (per_measurement + LOAD_ESTIMATE_S)
+        return (self.top + 1) * self.repeats * (per_measurement + LOAD_ESTIMATE_S)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from common.html_page import Cell, note, number, table
-from tuner.remeasure_result import RemeasuredCandidate, RemeasureResult, Spread
+from tuner.remeasure_result import (
+    MIN_WINNING_REPEATS,
+    RemeasuredCandidate,
+    RemeasureResult,
+    Spread,
+    rounds_above,
+)
 from tuner.run_schema import RunSummary
 
 HEADERS = ("trial", "config", "concurrency", "infer/s", "p{p} ms", "search infer/s", "verdict")
@@ -51,7 +57,7 @@ def headline(result: RemeasureResult) -> str:
     if turned_down is not None and turned_down.throughput is not None:
         text += (
             f" The config as written is kept: trial {turned_down.trial}'s median "
-            f"{turned_down.throughput.median:,.1f} infer/s is within the range of its repeats."
+            f"{turned_down.throughput.median:,.1f} infer/s {why_kept(result, turned_down)}."
         )
     if result.winner is None:
         text += " No candidate held the budget re-measured: nothing was written."
@@ -63,6 +69,19 @@ def headline(result: RemeasureResult) -> str:
     else:
         text += f" The search's best (trial {result.winner}) won."
     return text
+
+
+def why_kept(result: RemeasureResult, challenger: RemeasuredCandidate) -> str:
+    """Why `challenger`'s better median did not replace the config as written."""
+    as_written = next((c for c in result.candidates if c.as_written), None)
+    noise = as_written.throughput if as_written is not None else None
+    if noise is None or challenger.throughput is None or challenger.throughput.median <= noise.high:
+        return "is within the range of its repeats"
+    above = rounds_above(challenger, noise.high)
+    return (
+        f"is above every one of its repeats but in {above} round(s) only (a gain must show "
+        f"in {MIN_WINNING_REPEATS})"
+    )
 
 
 def verdict(result: RemeasureResult, candidate: RemeasuredCandidate) -> str:
