@@ -24,21 +24,29 @@ take turns, so a slow spell of the machine does not fall on one tool alone):
   run's, else the one recorded in --output), the margin for its start-up and last trial (a
   run ends at most about one trial after its budget); `--trials` only bounds it from above.
   Without a quick wall time, `--autotune-trials` alone.
-- Both searches speak `--protocol` (gRPC, Model Analyzer's default): Model Analyzer's
-  client_protocol and the tuner's `-i`.
+- Each tool's search speaks its own client's protocol: Model Analyzer's client_protocol is
+  `--protocol` (gRPC, its default), the tuner's `-i` is `--autotune-protocol` (HTTP, its
+  default; its gRPC client costs two to three times the CPU per request, and on 2 cores the
+  client's CPU is the server's).
 
 Then (`--repeats` N, 0 skips it) the winners (the config as written, each Model Analyzer
 mode's recorded winner, autotune's written config; those recorded in --output count too, so
-runs can be split by mode) are measured again on ONE tritonserver by ONE client, the real
-perf_analyzer 2.51 over --protocol, interleaved over N rounds (benchmarks/triton_remeasure.py:
-each round loads, sweeps and unloads each winner in turn; the sweep, concurrency 1, 2, 4, ...
-until the p95 passes the budget, then a binary search, is the same for every winner, and the
-figure is the highest throughput within the budget; each winner is also measured at the
-concurrency its tool reported). model_analyzer_side-<model>.json holds both searches' figures
-(best feasible throughput by the tool's own client, configs measured, wall time), every
-re-measured point and round, medians and ranges, the ratios and the goal's checks (autotune's
-re-measured median >= 1.1x Model Analyzer quick's and >= brute's, in no more wall time than
-quick). Every JSON has the date, machine, git revision, command and settings.
+runs can be split by mode) are measured again on ONE tritonserver, paired, by each client of
+`--remeasure-clients` in turn (default both: the real perf_analyzer 2.51 over --protocol, then
+`autotune perf` over --autotune-protocol), every winner by the same client within a block:
+benchmarks/triton_remeasure.py loads them all and runs N rounds in which their sweeps advance
+together a point at a time (concurrency 1, 2, 4, ... until the p95 passes the budget, then a
+binary search; the figure is the highest throughput within the budget), so winners are
+compared seconds apart; each is also measured at the concurrency its tool reported.
+model_analyzer_side-<model>.json holds both searches' figures (best feasible throughput by the
+tool's own client, configs measured, wall time) and, per client, every re-measured point and
+round, medians and ranges, autotune's winner over each other winner round by round (median and
+range of the paired ratios) and the goal's checks on those (autotune >= 1.1x Model Analyzer
+quick and >= brute, in no more wall time than quick). Why two clients: on 2 cores a client's
+CPU per request decides how much of the machine the server gets; perf_analyzer spends 60-120
+us a request, `autotune perf` over HTTP 20-50 us (docs/tuner.md), so a config's rank can
+depend on the client, and the record shows both. Every JSON has the date, machine, git
+revision, command and settings.
 
 What the tuner's space holds for these python models (`tuner/run.py: model_space`), as it
 does for any python model: it cannot look inside model.py, so max_batch_size goes up to what
@@ -87,7 +95,17 @@ from model_analyzer_run import MODES as MA_MODES
 from peer import ROOT, check_outputs, install, run_main, triton
 from python_models import ORT_TOLERANCE, build_bundled, reference, write_python_repository
 from results_record import header, write_record
-from triton_remeasure import Contender, SweepSettings, group_contenders, remeasure, write_served
+from triton_remeasure import (
+    Contender,
+    RemeasureClient,
+    SweepSettings,
+    autotune_client,
+    group_contenders,
+    paired_ratios,
+    perf_analyzer_client,
+    remeasure,
+    write_served,
+)
 
 MODES = (*MA_MODES, "autotune")
 DEFAULT_MODES = ("quick", "autotune", "optuna")
@@ -110,6 +128,10 @@ SMOKE_WINDOW_MS = {"digits": 500, "resnet18": 2000}
 SMOKE_MAX_CONCURRENCY = 8
 SMOKE_REPEATS = 2
 GOAL_QUICK_RATIO = 1.1
+REMEASURE_CLIENTS = ("perf_analyzer", "autotune")
+# The tuner's own default protocol: its analyzer's HTTP client costs a third to a half of the
+# CPU per request its gRPC client does (grpc.aio), which on 2 cores is the server's CPU.
+AUTOTUNE_PROTOCOL = "http"
 LABELS = {
     "quick": "Model Analyzer quick",
     "optuna": "Model Analyzer optuna",
@@ -161,7 +183,7 @@ def autotune_settings(model: str, args: Any) -> AutotuneSettings:
                 f"{AUTOTUNE_TIME_SHARE} x Model Analyzer quick's wall time "
                 f"({quick['wall_s']:.0f} s, {quick['date']})"
             )
-    return AutotuneSettings(args.protocol, trials, budget, source, args.seed, extra)
+    return AutotuneSettings(args.autotune_protocol, trials, budget, source, args.seed, extra)
 
 
 def contenders(model: str, repository: Path, directory: Path, smoke: bool) -> list[Contender]:
@@ -217,41 +239,37 @@ def _row(
     }
 
 
-def medians_by_label(measured: list[dict[str, Any]]) -> dict[str, float]:
-    return {
-        label: entry["best_infer_per_s"]["median"]
-        for entry in measured
-        for label in entry["labels"]
-    }
-
-
 def goal_checks(
     measured: list[dict[str, Any]], searches: list[dict[str, Any]]
-) -> tuple[dict[str, float], dict[str, bool]]:
-    """autotune's re-measured median over each other contender's, and the goal's checks
-    (those its figures allow)."""
-    medians = medians_by_label(measured)
-    ratios: dict[str, float] = {}
+) -> tuple[dict[str, dict[str, Any]], dict[str, bool]]:
+    """autotune's winner over each other contender, paired round by round (median, range),
+    and the goal's checks on those medians (those its figures allow)."""
+    ratios = paired_ratios(measured, "autotune")
     checks: dict[str, bool] = {}
-    ours = medians.get("autotune")
-    if ours is None:
+    if not ratios:
         return ratios, checks
-    for label, median in medians.items():
-        if label != "autotune" and median > 0:
-            ratios[f"autotune / {label}"] = ours / median
-    if "Model Analyzer quick" in medians:
-        quick = medians["Model Analyzer quick"]
+    if "Model Analyzer quick" in ratios:
         checks[f"autotune >= {GOAL_QUICK_RATIO}x Model Analyzer quick"] = (
-            ours >= GOAL_QUICK_RATIO * quick
+            ratios["Model Analyzer quick"]["median"] >= GOAL_QUICK_RATIO
         )
-    if "Model Analyzer brute" in medians:
-        checks["autotune >= Model Analyzer brute"] = ours >= medians["Model Analyzer brute"]
+    if "Model Analyzer brute" in ratios:
+        checks["autotune >= Model Analyzer brute"] = ratios["Model Analyzer brute"]["median"] >= 1
     walls = {row["label"]: row["wall_s"] for row in searches}
     if "autotune" in walls and "Model Analyzer quick" in walls:
         checks["autotune's wall time <= quick's"] = (
             walls["autotune"] <= walls["Model Analyzer quick"]
         )
     return ratios, checks
+
+
+def remeasure_clients(args: Any, paths: dict[str, Path]) -> list[RemeasureClient]:
+    """The re-measure's clients in the order of --remeasure-clients: perf_analyzer over
+    --protocol, our analyzer over --autotune-protocol (each tool's search's)."""
+    made = {
+        "perf_analyzer": lambda: perf_analyzer_client(paths["perf_analyzer"], args.protocol),
+        "autotune": lambda: autotune_client(args.autotune_protocol),
+    }
+    return [made[name]() for name in args.remeasure_clients]
 
 
 def side_by_side(
@@ -261,26 +279,34 @@ def side_by_side(
     paths: dict[str, Path],
     args: Any,
 ) -> dict[str, Any]:
-    """The recorded winners of `model` measured again, interleaved, on one tritonserver."""
+    """The recorded winners of `model` measured again, paired, on one tritonserver: by each
+    re-measure client in turn, all of its rounds."""
     served = group_contenders(model, contenders(model, repository, args.output, args.smoke))
-    settings = SweepSettings(
-        budget_ms=BUDGETS_MS[model],
-        max_concurrency=SMOKE_MAX_CONCURRENCY if args.smoke else SWEEP_MAX_CONCURRENCY[model],
-        window_ms=(SMOKE_WINDOW_MS if args.smoke else REMEASURE_WINDOW_MS)[model],
-        protocol=args.protocol,
-    )
+    window_ms = (SMOKE_WINDOW_MS if args.smoke else REMEASURE_WINDOW_MS)[model]
+    max_concurrency = SMOKE_MAX_CONCURRENCY if args.smoke else SWEEP_MAX_CONCURRENCY[model]
+    searches = search_rows(model, args.output)
     folder = scratch / f"{model}-remeasure"
     write_served(model, repository, served, folder / "repository")
-    started = time.monotonic()
-    log = folder / "tritonserver.log"
-    with triton(
-        paths["triton"], folder / "repository", log, ["--model-control-mode", "explicit"]
-    ) as server:
-        measured = remeasure(
-            paths["perf_analyzer"], server, model, served, settings, args.repeats, folder
+    by_client = []
+    for client in remeasure_clients(args, paths):
+        settings = SweepSettings(BUDGETS_MS[model], max_concurrency, window_ms, client)
+        started = time.monotonic()
+        log = folder / f"tritonserver-{slug_of(client.name)}.log"
+        with triton(
+            paths["triton"], folder / "repository", log, ["--model-control-mode", "explicit"]
+        ) as server:
+            measured = remeasure(server, model, served, settings, args.repeats, folder)
+        ratios, checks = goal_checks(measured, searches)
+        by_client.append(
+            {
+                "client": client.name,
+                "protocol": client.protocol,
+                "contenders": measured,
+                "paired_ratios": ratios,
+                "goal": checks,
+                "wall_s": round(time.monotonic() - started, 1),
+            }
         )
-    searches = search_rows(model, args.output)
-    ratios, checks = goal_checks(measured, searches)
     return {
         **header("model_analyzer_side"),
         "model": model,
@@ -289,24 +315,32 @@ def side_by_side(
         "tools": {
             "server": TRITON,
             "model_analyzer": MODEL_ANALYZER,
-            "client": "perf_analyzer 2.51 (tritonclient[all]==2.51.0)",
+            "clients": {
+                "perf_analyzer": "perf_analyzer 2.51 (tritonclient[all]==2.51.0)",
+                "autotune": "autotune perf (this revision)",
+            },
         },
         "settings": {
-            "protocol": args.protocol,
+            "model_analyzer_protocol": args.protocol,
+            "autotune_protocol": args.autotune_protocol,
             "repeats": args.repeats,
-            "window_ms": settings.window_ms,
-            "max_concurrency": settings.max_concurrency,
-            "perf_analyzer": "time windows, -s 20 -r 15, up to 2 runs a point until stable",
+            "window_ms": window_ms,
+            "max_concurrency": max_concurrency,
+            "client_runs": "time windows, -s 20 -r 15, up to 2 runs a point until stable",
             "sweep": "concurrency 1, 2, 4, ... until a p95 over the budget, then a binary "
             "search between the last point within it and that one; the figure: the highest "
             "throughput within the budget",
+            "pairing": "every contender loaded throughout; in each round the sweeps advance "
+            "together, a point of each in turn, the order rotating by round; ratios are taken "
+            "within each round",
         },
         "searches": searches,
-        "remeasure": measured,
-        "remeasure_wall_s": round(time.monotonic() - started, 1),
-        "ratios": ratios,
-        "goal": checks,
+        "remeasure": by_client,
     }
+
+
+def slug_of(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-")
 
 
 def range_text(summary: dict[str, Any] | None, spec: str) -> str:
@@ -327,28 +361,28 @@ def print_side_by_side(result: dict[str, Any]) -> None:
             f"{row['label']:<22} {shown} {row['configs_measured']:>7} "
             f"{row['wall_s'] / 60:>5.1f} min  [{row['date']}]{smoke}"
         )
-    settings = result["settings"]
-    print(
-        f"\n{model}: each winner on one tritonserver, perf_analyzer over {settings['protocol']}, "
-        f"{settings['repeats']} interleaved round(s): the highest infer/s within the budget, "
-        "median [range]"
-    )
-    for entry in result["remeasure"]:
-        concurrencies = ",".join(str(c) if c else "-" for c in entry["best_concurrencies"])
-        own = "; ".join(
-            f"at its c{c}: {range_text(v['infer_per_s'], ',.0f')} infer/s, "
-            f"p95 {range_text(v['p95_ms'], '.1f')} ms"
-            for c, v in entry["own_concurrency"].items()
-        )
+    for block in result["remeasure"]:
         print(
-            f"  {' = '.join(entry['labels']):<40} {range_text(entry['best_infer_per_s'], ',.1f')}"
-            f" infer/s at c{concurrencies}, p95 {range_text(entry['best_p95_ms'], '.2f')} ms"
-            f"{'; ' + own if own else ''}"
+            f"\n{model}: each winner on one tritonserver, {block['client']} over "
+            f"{block['protocol']}, {result['settings']['repeats']} paired round(s): the highest "
+            "infer/s within the budget, median [range]"
         )
-    for name, ratio in result["ratios"].items():
-        print(f"  {name}: {ratio:.2f}")
-    for name, held in result["goal"].items():
-        print(f"  goal: {name}: {'yes' if held else 'NO'}")
+        for entry in block["contenders"]:
+            concurrencies = ",".join(str(c) if c else "-" for c in entry["best_concurrencies"])
+            own = "; ".join(
+                f"at its c{c}: {range_text(v['infer_per_s'], ',.0f')} infer/s, "
+                f"p95 {range_text(v['p95_ms'], '.1f')} ms"
+                for c, v in entry["own_concurrency"].items()
+            )
+            print(
+                f"  {' = '.join(entry['labels']):<40} "
+                f"{range_text(entry['best_infer_per_s'], ',.1f')} infer/s at c{concurrencies}, "
+                f"p95 {range_text(entry['best_p95_ms'], '.2f')} ms{'; ' + own if own else ''}"
+            )
+        for label, ratio in block["paired_ratios"].items():
+            print(f"  autotune / {label}, round by round: {range_text(ratio, '.2f')}")
+        for name, held in block["goal"].items():
+            print(f"  goal: {name}: {'yes' if held else 'NO'}")
 
 
 def write_side_by_side(result: dict[str, Any], directory: Path) -> Path:
@@ -373,7 +407,18 @@ def parse_args() -> argparse.Namespace:
         "--protocol",
         choices=("grpc", "http"),
         default=DEFAULT_PROTOCOL,
-        help="both tools' and the re-measure's",
+        help="Model Analyzer's client_protocol and perf_analyzer's in the re-measure",
+    )
+    parser.add_argument(
+        "--autotune-protocol",
+        choices=("grpc", "http"),
+        default=AUTOTUNE_PROTOCOL,
+        help="the tuner's -i and our analyzer's in the re-measure",
+    )
+    parser.add_argument(
+        "--remeasure-clients",
+        default=",".join(REMEASURE_CLIENTS),
+        help="comma-separated, measured in this order: perf_analyzer, autotune",
     )
     parser.add_argument(
         "--autotune-trials",
@@ -407,6 +452,10 @@ def parse_args() -> argparse.Namespace:
     for name in args.models:
         if name not in BUDGETS_MS:
             parser.error(f"--models: {name!r} is not one of {', '.join(BUDGETS_MS)}")
+    args.remeasure_clients = args.remeasure_clients.split(",")
+    for name in args.remeasure_clients:
+        if name not in REMEASURE_CLIENTS:
+            parser.error(f"--remeasure-clients: {name!r} is not one of perf_analyzer, autotune")
     for name in args.modes:
         if name not in MODES:
             parser.error(f"--modes: {name!r} is not one of {', '.join(MODES)}")

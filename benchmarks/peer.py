@@ -40,9 +40,16 @@ ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120.0
 # Our server starts gRPC right after HTTP; no line within this time means it has no gRPC endpoint.
 GRPC_LINE_WAIT_S = 10.0
-UNSTABLE = "Failed to obtain stable measurement"
-# A window without a completed request (a slow model on a busy machine): no figure either.
-NO_REQUESTS = "No valid requests recorded within time interval"
+# A run without a figure, in perf_analyzer's words and then in `autotune perf`'s: no stable
+# windows, or a window without a completed request (a slow model on a busy machine).
+NO_FIGURE = (
+    "Failed to obtain stable measurement",
+    "No valid requests recorded within time interval",
+    "could not obtain a stable measurement",
+    "no request completed successfully within a measurement window",
+)
+# `autotune perf` of this checkout: the same flags and CSV as perf_analyzer's.
+AUTOTUNE_PERF = (sys.executable, "-m", "tuner", "perf")
 # tritonserver waits up to 30 s for requests in flight before it exits.
 GROUP_STOP_GRACE_S = 40.0
 
@@ -268,7 +275,7 @@ def check_outputs(
 
 
 def perf_analyzer(
-    binary: Path,
+    binary: Path | Sequence[str],
     server: Server,
     model: str,
     protocol: str,
@@ -278,11 +285,12 @@ def perf_analyzer(
     cell: str,
     flags: Sequence[str] = (),
 ) -> Run | None:
-    """One perf_analyzer measurement; None when it found no stable windows, or a window
-    without a completed request (a busy machine)."""
+    """One perf_analyzer measurement (or one by another client of the same flags and CSV,
+    `binary` then its command, e.g. AUTOTUNE_PERF); None when it found no stable windows, or a
+    window without a completed request (a busy machine)."""
     csv_path = scratch / f"{server.name}-{cell.replace(' ', '-')}-c{concurrency}.csv"
     command = [
-        str(binary),
+        *((str(binary),) if isinstance(binary, Path) else binary),
         *("-m", model, "-u", server.urls[protocol], "-i", protocol, *flags),
         *("--concurrency-range", str(concurrency), "-p", str(window_ms)),
         # A shared 2-core machine: looser stability than the default 10%, more windows.
@@ -290,9 +298,7 @@ def perf_analyzer(
         *("-f", str(csv_path)),
     ]
     result = subprocess.run(tied_command(command), capture_output=True, text=True, timeout=600)
-    if result.returncode != 0 and any(
-        text in result.stdout + result.stderr for text in (UNSTABLE, NO_REQUESTS)
-    ):
+    if result.returncode != 0 and any(text in result.stdout + result.stderr for text in NO_FIGURE):
         return None
     # An interrupted perf_analyzer exits 0 without writing its CSV.
     if result.returncode != 0 or not csv_path.is_file():
@@ -323,7 +329,7 @@ def measure_settings(args: Any) -> dict[str, Any]:
 def measure(
     attempts: int,
     label: str,
-    binary: Path,
+    binary: Path | Sequence[str],
     server: Server,
     model: str,
     protocol: str,

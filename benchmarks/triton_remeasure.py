@@ -4,21 +4,24 @@ benchmarks/model_analyzer_side.py. Not a script.
 The contenders (the config as written, Model Analyzer's winner per mode, autotune's written
 config) are model folders of their own in one repository (the python model's files, the
 contender's config.pbtxt under its own name); identical configs are measured once. One
-tritonserver in explicit model control serves them one at a time, interleaved: round after
-round, each contender is loaded, its outputs checked (first round) and measured by the real
-perf_analyzer 2.51, then unloaded (A, B, C, A, B, C, ...), so a slow spell of the machine hits
-them all alike.
+tritonserver in explicit model control loads them all (each checked against in-process
+onnxruntime) and they are measured paired: in each round every contender runs the same sweep,
+and the sweeps advance together, one point of each in turn (A c1, B c1, C c1, A c2, B c2, ...),
+the order rotating from round to round, so contenders are compared a few seconds apart. On a
+2-core machine the same config drifts 30-40% from one minute to the next while windows seconds
+apart agree within ~12%: only a comparison made within a round can tell 10%, so the figures
+that decide are each round's ratios (`paired_ratios`), not ratios of medians.
 
 What a measurement is: the same concurrency sweep for every contender, in the manner of Model
 Analyzer's own: concurrency 1, 2, 4, ... up to a cap until a point's p95 is over the budget,
 then a binary search between the last point within the budget and that one (until they are
 within a quarter of each other); the contender's figure in that round is the highest
-throughput among its points within the budget. Each tool's search measured with its own client
-(perf_analyzer's C++ client for Model Analyzer, our Python analyzer for autotune), and on 2
-cores the client's own CPU moves the operating point a lot, so the sweep asks of every winner
-the same question with the same client: the most it gives within the budget. Each contender is
-also measured at its own reported concurrency (where its tool reported one) when the sweep did
-not, recorded apart.
+throughput within the budget. Each tool's search measured with its own client, and on 2 cores
+the client's own CPU moves the operating point a lot, so the sweep asks of every winner the same
+question with the same client (`RemeasureClient`: the real perf_analyzer 2.51, or our analyzer
+with the same flags and CSV): the most it gives within the budget. Each contender is also
+measured at its own reported concurrency (where its tool reported one) when the sweep did not,
+recorded apart.
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ from __future__ import annotations
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tritonclient.http as httpclient
 from google.protobuf import text_format
-from peer import Run, Server, check_outputs, measure
+from peer import AUTOTUNE_PERF, Run, Server, check_outputs, measure
 from python_models import ORT_TOLERANCE, reference
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -60,12 +63,30 @@ class Served:
 
 
 @dataclass(frozen=True)
+class RemeasureClient:
+    """The one client that measures every contender: its name, its command (perf_analyzer's
+    flags follow it) and the protocol it speaks."""
+
+    name: str
+    command: tuple[str, ...]
+    protocol: str
+
+
+def perf_analyzer_client(binary: Path, protocol: str) -> RemeasureClient:
+    return RemeasureClient("perf_analyzer 2.51", (str(binary),), protocol)
+
+
+def autotune_client(protocol: str) -> RemeasureClient:
+    return RemeasureClient("autotune perf", AUTOTUNE_PERF, protocol)
+
+
+@dataclass(frozen=True)
 class SweepSettings:
     budget_ms: float
     max_concurrency: int
     window_ms: int
-    protocol: str
-    attempts: int = 2  # perf_analyzer runs per point until its windows are stable
+    client: RemeasureClient
+    attempts: int = 2  # runs per point until the client's windows are stable
 
 
 def slug(label: str) -> str:
@@ -108,37 +129,57 @@ def write_served(model: str, source: Path, served: Sequence[Served], destination
         (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
 
 
-def sweep(
-    measure_at: Callable[[int], Run | None], budget_ms: float, max_concurrency: int
-) -> list[Run]:
-    """Concurrency 1, 2, 4, ... until a point is over the budget (or the cap), then a binary
-    search between the last point within it and that one; every point measured. A point
-    without stable windows tells nothing: the sweep goes on past it (the binary search stops)."""
-    limit_us = budget_ms * 1000
-    runs: list[Run] = []
-    low: int | None = None
-    high: int | None = None
-    concurrency = 1
-    while concurrency <= max_concurrency:
-        run = measure_at(concurrency)
+class Sweep:
+    """One contender's sweep, a point at a time so that several can advance together:
+    concurrency 1, 2, 4, ... until a point is over the budget (or the cap), then a binary
+    search between the last point within it and that one. A point without stable windows tells
+    nothing: the doubling goes on past it, the binary search stops."""
+
+    def __init__(self, budget_ms: float, max_concurrency: int) -> None:
+        self._limit_us = budget_ms * 1000
+        self._max_concurrency = max_concurrency
+        self._doubling = True
+        self._next: int | None = 1
+        self._low: int | None = None
+        self._high: int | None = None
+        self.runs: list[Run] = []
+
+    def next_concurrency(self) -> int | None:
+        """The next point to measure; None once the sweep is done."""
+        return self._next
+
+    def record(self, run: Run | None) -> None:
+        """The run of the point `next_concurrency` named (None: no stable windows)."""
+        concurrency = self._next
+        if concurrency is None:
+            raise RuntimeError("the sweep is done")
         if run is not None:
-            runs.append(run)
-            if run.p95_us > limit_us:
-                high = concurrency
-                break
-            low = concurrency
-        concurrency *= 2
-    while low is not None and high is not None and high - low > max(1, low // 4):
-        middle = (low + high) // 2
-        run = measure_at(middle)
-        if run is None:
-            break
-        runs.append(run)
-        if run.p95_us > limit_us:
-            high = middle
+            self.runs.append(run)
+        if self._doubling:
+            if run is not None and run.p95_us > self._limit_us:
+                self._high = concurrency
+                self._doubling = False
+            else:
+                if run is not None:
+                    self._low = concurrency
+                self._next = concurrency * 2
+                if self._next <= self._max_concurrency:
+                    return
+                self._doubling = False
+        elif run is None:
+            self._next = None
+            return
+        elif run.p95_us > self._limit_us:
+            self._high = concurrency
         else:
-            low = middle
-    return runs
+            self._low = concurrency
+        self._next = self._bisect()
+
+    def _bisect(self) -> int | None:
+        low, high = self._low, self._high
+        if low is None or high is None or high - low <= max(1, low // 4):
+            return None
+        return (low + high) // 2
 
 
 def best_within(runs: Sequence[Run], budget_ms: float) -> Run | None:
@@ -182,60 +223,66 @@ def run_record(run: Run) -> dict[str, Any]:
     }
 
 
+def check_served(server: Server, model: str, item: Served, protocol: str) -> None:
+    """`item`'s outputs against in-process onnxruntime, in no more rows than its
+    max_batch_size accepts (Model Analyzer tries 1)."""
+    inputs, expected = reference(model)
+    rows = item.config.max_batch_size or None
+    inputs = {name: value[:rows] for name, value in inputs.items()}
+    expected = {name: value[:rows] for name, value in expected.items()}
+    check_outputs(server, protocol, item.name, inputs, expected, ORT_TOLERANCE)
+
+
 def measure_round(
-    binary: Path,
     server: Server,
-    model: str,
-    item: Served,
+    served: Sequence[Served],
     settings: SweepSettings,
     scratch: Path,
-    check: bool,
-) -> dict[str, Any]:
-    """One contender once: loaded, checked, swept, measured at its own concurrency, unloaded."""
-    load(server, item.name)
-    try:
-        if check:
-            inputs, expected = reference(model)
-            # no more rows than the config's max_batch_size accepts (Model Analyzer tries 1)
-            rows = item.config.max_batch_size or None
-            inputs = {name: value[:rows] for name, value in inputs.items()}
-            expected = {name: value[:rows] for name, value in expected.items()}
-            check_outputs(server, settings.protocol, item.name, inputs, expected, ORT_TOLERANCE)
+) -> dict[str, dict[str, Any]]:
+    """One round: the contenders' sweeps advance together, a point of each in turn, in the
+    order of `served`; then each is measured at its own concurrencies the sweep missed."""
+    client = settings.client
 
-        def measure_at(concurrency: int) -> Run | None:
-            label = f"  {item.name} c{concurrency:<4}"
-            return measure(
-                settings.attempts,
-                label,
-                binary,
-                server,
-                item.name,
-                settings.protocol,
-                concurrency,
-                settings.window_ms,
-                scratch,
-                "remeasure",
-            )
+    def measure_at(item: Served, concurrency: int) -> Run | None:
+        label = f"  {item.name} c{concurrency:<4}"
+        return measure(
+            settings.attempts,
+            label,
+            client.command,
+            server,
+            item.name,
+            client.protocol,
+            concurrency,
+            settings.window_ms,
+            scratch,
+            "remeasure",
+        )
 
-        runs = sweep(measure_at, settings.budget_ms, settings.max_concurrency)
+    sweeps = {item.name: Sweep(settings.budget_ms, settings.max_concurrency) for item in served}
+    while any(s.next_concurrency() is not None for s in sweeps.values()):
+        for item in served:
+            point = sweeps[item.name].next_concurrency()
+            if point is not None:
+                sweeps[item.name].record(measure_at(item, point))
+    results = {}
+    for item in served:
+        runs = sweeps[item.name].runs
         own = []
         for concurrency in item.own_concurrencies:
             run = next((r for r in runs if r.concurrency == concurrency), None)
             if run is None:
-                run = measure_at(concurrency)
+                run = measure_at(item, concurrency)
             own.append({"concurrency": concurrency, "run": run and run_record(run)})
-    finally:
-        unload(server, item.name)
-    best = best_within(runs, settings.budget_ms)
-    return {
-        "points": [run_record(run) for run in runs],
-        "best": best and run_record(best),
-        "own": own,
-    }
+        best = best_within(runs, settings.budget_ms)
+        results[item.name] = {
+            "points": [run_record(run) for run in runs],
+            "best": best and run_record(best),
+            "own": own,
+        }
+    return results
 
 
 def remeasure(
-    binary: Path,
     server: Server,
     model: str,
     served: Sequence[Served],
@@ -243,21 +290,33 @@ def remeasure(
     repeats: int,
     scratch: Path,
 ) -> list[dict[str, Any]]:
-    """`repeats` interleaved rounds over `served`; per configuration its rounds and summary."""
+    """`repeats` paired rounds over `served`, all of them loaded throughout (round k starts
+    at the k-th contender, the order rotating); per configuration its rounds and summary."""
     rounds: dict[str, list[dict[str, Any]]] = {item.name: [] for item in served}
-    for index in range(repeats):
-        print(f"{model}: re-measure round {index + 1} of {repeats}", flush=True)
+    loaded: list[Served] = []
+    try:
         for item in served:
-            result = measure_round(binary, server, model, item, settings, scratch, index == 0)
-            rounds[item.name].append(result)
-            best = result["best"]
-            shown = (
-                f"{best['infer_per_s']:,.1f} infer/s at c{best['concurrency']}, "
-                f"p95 {best['p95_ms']:.2f} ms"
-                if best
-                else "no point within the budget"
-            )
-            print(f"{model}: {' = '.join(item.labels)}: {shown}", flush=True)
+            load(server, item.name)
+            loaded.append(item)
+            check_served(server, model, item, settings.client.protocol)
+        for index in range(repeats):
+            print(f"{model}: re-measure round {index + 1} of {repeats}", flush=True)
+            shift = index % len(served)
+            order = [*served[shift:], *served[:shift]]
+            for name, result in measure_round(server, order, settings, scratch).items():
+                rounds[name].append(result)
+            for item in served:
+                best = rounds[item.name][-1]["best"]
+                shown = (
+                    f"{best['infer_per_s']:,.1f} infer/s at c{best['concurrency']}, "
+                    f"p95 {best['p95_ms']:.2f} ms"
+                    if best
+                    else "no point within the budget"
+                )
+                print(f"{model}: {' = '.join(item.labels)}: {shown}", flush=True)
+    finally:
+        for item in reversed(loaded):
+            unload(server, item.name)
     return [
         {
             "name": item.name,
@@ -268,6 +327,28 @@ def remeasure(
         }
         for item in served
     ]
+
+
+def paired_ratios(measured: Sequence[dict[str, Any]], of: str) -> dict[str, dict[str, Any]]:
+    """Per other label, the contender labelled `of` over it round by round (each round's best
+    within the budget; a round where either has none is left out): median, range, values."""
+
+    def bests(entry: dict[str, Any]) -> list[float | None]:
+        return [r["best"] and r["best"]["infer_per_s"] for r in entry["rounds"]]
+
+    by_label = {label: bests(entry) for entry in measured for label in entry["labels"]}
+    ours = by_label.get(of)
+    if ours is None:
+        return {}
+    ratios: dict[str, dict[str, Any]] = {}
+    for label, theirs in by_label.items():
+        if label == of:
+            continue
+        values = [a / b for a, b in zip(ours, theirs, strict=True) if a and b]
+        summary = summary_of(values)
+        if summary is not None:
+            ratios[label] = summary
+    return ratios
 
 
 def describe_rounds(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
