@@ -45,8 +45,10 @@ range of the paired ratios) and the goal's checks on those (autotune >= 1.1x Mod
 quick and >= brute, in no more wall time than quick). Why two clients: on 2 cores a client's
 CPU per request decides how much of the machine the server gets; perf_analyzer spends 60-120
 us a request, `autotune perf` over HTTP 20-50 us (docs/tuner.md), so a config's rank can
-depend on the client, and the record shows both. Every JSON has the date, machine, git
-revision, command and settings.
+depend on the client, and the record shows both. `--pin` re-measures with the client on
+CPU 0 and tritonserver with its python stubs on the others (taskset), so that neither takes
+the other's CPU time: model_analyzer_side-<model>-pinned.json, beside the unpinned record.
+Every JSON has the date, machine, git revision, command and settings.
 
 What the tuner's space holds for these python models (`tuner/run.py: model_space`), as it
 does for any python model: it cannot look inside model.py, so max_batch_size goes up to what
@@ -104,6 +106,7 @@ from triton_remeasure import (
     paired_ratios,
     perf_analyzer_client,
     remeasure,
+    split_cpus,
     write_served,
 )
 
@@ -265,11 +268,17 @@ def goal_checks(
 def remeasure_clients(args: Any, paths: dict[str, Path]) -> list[RemeasureClient]:
     """The re-measure's clients in the order of --remeasure-clients: perf_analyzer over
     --protocol, our analyzer over --autotune-protocol (each tool's search's)."""
+    cpus = client_and_server_cpus(args)[0]
     made = {
-        "perf_analyzer": lambda: perf_analyzer_client(paths["perf_analyzer"], args.protocol),
-        "autotune": lambda: autotune_client(args.autotune_protocol),
+        "perf_analyzer": lambda: perf_analyzer_client(paths["perf_analyzer"], args.protocol, cpus),
+        "autotune": lambda: autotune_client(args.autotune_protocol, cpus),
     }
     return [made[name]() for name in args.remeasure_clients]
+
+
+def client_and_server_cpus(args: Any) -> tuple[str | None, str | None]:
+    """With --pin, the re-measure's (client CPUs, server CPUs); else (None, None)."""
+    return split_cpus(os.cpu_count() or 1) if args.pin else (None, None)
 
 
 def side_by_side(
@@ -293,7 +302,11 @@ def side_by_side(
         started = time.monotonic()
         log = folder / f"tritonserver-{slug_of(client.name)}.log"
         with triton(
-            paths["triton"], folder / "repository", log, ["--model-control-mode", "explicit"]
+            paths["triton"],
+            folder / "repository",
+            log,
+            ["--model-control-mode", "explicit"],
+            cpus=client_and_server_cpus(args)[1],
         ) as server:
             measured = remeasure(server, model, served, settings, args.repeats, folder)
         ratios, checks = goal_checks(measured, searches)
@@ -326,6 +339,9 @@ def side_by_side(
             "repeats": args.repeats,
             "window_ms": window_ms,
             "max_concurrency": max_concurrency,
+            "pinned": dict(
+                zip(("client_cpus", "server_cpus"), client_and_server_cpus(args), strict=True)
+            ),
             "client_runs": "time windows, -s 20 -r 15, up to 2 runs a point until stable",
             "sweep": "concurrency 1, 2, 4, ... until a p95 over the budget, then a binary "
             "search between the last point within it and that one; the figure: the highest "
@@ -386,8 +402,10 @@ def print_side_by_side(result: dict[str, Any]) -> None:
 
 
 def write_side_by_side(result: dict[str, Any], directory: Path) -> Path:
-    """`result` as model_analyzer_side-<model>.json in `directory`."""
-    return write_record(f"model_analyzer_side-{result['model']}", result, directory)
+    """`result` as model_analyzer_side-<model>.json in `directory` (-<model>-pinned.json for
+    a pinned re-measure, so that the two are kept side by side)."""
+    pinned = "-pinned" if result["settings"]["pinned"]["client_cpus"] is not None else ""
+    return write_record(f"model_analyzer_side-{result['model']}{pinned}", result, directory)
 
 
 def parse_args() -> argparse.Namespace:
@@ -419,6 +437,11 @@ def parse_args() -> argparse.Namespace:
         "--remeasure-clients",
         default=",".join(REMEASURE_CLIENTS),
         help="comma-separated, measured in this order: perf_analyzer, autotune",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="re-measure with the client on CPU 0 and tritonserver on the others (taskset)",
     )
     parser.add_argument(
         "--autotune-trials",

@@ -165,11 +165,18 @@ def wait_until_ready(
 
 @contextmanager
 def triton(
-    wrapper: Path, repository: Path, log: Path, extra: Sequence[str] = ()
+    wrapper: Path,
+    repository: Path,
+    log: Path,
+    extra: Sequence[str] = (),
+    cpus: str | None = None,
 ) -> Iterator[Server]:
     """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`, with Triton's
-    own flags `extra` (e.g. --model-control-mode explicit); stopped on exit."""
+    own flags `extra` (e.g. --model-control-mode explicit), on the CPUs `cpus` (taskset's
+    list, e.g. "1-3"; its python stubs inherit them) when given; stopped on exit."""
     command = [*triton_command(wrapper, repository, free_port()), *extra]
+    if cpus is not None:
+        command = ["taskset", "-c", cpus, *command]
     with log.open("wb") as out:
         process = subprocess.Popen(tied_command(command), stdout=out, stderr=subprocess.STDOUT)
     try:

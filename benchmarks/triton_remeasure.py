@@ -72,12 +72,25 @@ class RemeasureClient:
     protocol: str
 
 
-def perf_analyzer_client(binary: Path, protocol: str) -> RemeasureClient:
-    return RemeasureClient("perf_analyzer 2.51", (str(binary),), protocol)
+def perf_analyzer_client(binary: Path, protocol: str, cpus: str | None) -> RemeasureClient:
+    return RemeasureClient("perf_analyzer 2.51", (*pinned(cpus), str(binary)), protocol)
 
 
-def autotune_client(protocol: str) -> RemeasureClient:
-    return RemeasureClient("autotune perf", AUTOTUNE_PERF, protocol)
+def autotune_client(protocol: str, cpus: str | None) -> RemeasureClient:
+    return RemeasureClient("autotune perf", (*pinned(cpus), *AUTOTUNE_PERF), protocol)
+
+
+def pinned(cpus: str | None) -> tuple[str, ...]:
+    """The prefix that runs a command on the CPUs `cpus` (taskset's list); none for None."""
+    return () if cpus is None else ("taskset", "-c", cpus)
+
+
+def split_cpus(count: int) -> tuple[str, str]:
+    """(the client's CPUs, the server's) for a pinned re-measure: CPU 0 for the client, the
+    rest for tritonserver and its python stubs, so neither takes the other's CPU time."""
+    if count < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    return "0", f"1-{count - 1}" if count > 2 else "1"
 
 
 @dataclass(frozen=True)
