@@ -26,8 +26,8 @@ take turns, so a slow spell of the machine does not fall on one tool alone):
   Without a quick wall time, `--autotune-trials` alone.
 - Each tool's search speaks its own client's protocol: Model Analyzer's client_protocol is
   `--protocol` (gRPC, its default), the tuner's `-i` is `--autotune-protocol` (HTTP, its
-  default; its gRPC client costs two to three times the CPU per request, and on 2 cores the
-  client's CPU is the server's).
+  default; its gRPC client (grpc.aio) costs about four times the CPU per request of its HTTP
+  one, and on 2 cores the client's CPU is the server's: benchmarks/client_cost_on_triton.py).
 
 Then (`--repeats` N, 0 skips it) the winners (the config as written, each Model Analyzer
 mode's recorded winner, autotune's written config; those recorded in --output count too, so
@@ -43,11 +43,12 @@ tool's own client, configs measured, wall time) and, per client, every re-measur
 round, medians and ranges, autotune's winner over each other winner round by round (median and
 range of the paired ratios) and the goal's checks on those (autotune >= 1.1x Model Analyzer
 quick and >= brute, in no more wall time than quick). Why two clients: on 2 cores a client's
-CPU per request decides how much of the machine the server gets; perf_analyzer spends 60-120
-us a request, `autotune perf` over HTTP 20-50 us (docs/tuner.md), so a config's rank can
-depend on the client, and the record shows both. `--pin` re-measures with the client on
-CPU 0 and tritonserver with its python stubs on the others (taskset), so that neither takes
-the other's CPU time: model_analyzer_side-<model>-pinned.json, beside the unpinned record.
+CPU per request decides how much of the machine the server gets; perf_analyzer spends 60-90
+us a request, `autotune perf` over HTTP ~17 us (benchmarks/client_cost_on_triton.py), so a
+config's rank can depend on the client, and the record shows both. `--pin` re-measures with
+the client on CPU 0 and tritonserver with its python stubs on the others (taskset), so that
+neither takes the other's CPU time: model_analyzer_side-<model>-pinned.json, beside the
+unpinned record.
 Every JSON has the date, machine, git revision, command and settings.
 
 What the tuner's space holds for these python models (`tuner/run.py: model_space`), as it
@@ -132,8 +133,8 @@ SMOKE_MAX_CONCURRENCY = 8
 SMOKE_REPEATS = 2
 GOAL_QUICK_RATIO = 1.1
 REMEASURE_CLIENTS = ("perf_analyzer", "autotune")
-# The tuner's own default protocol: its analyzer's HTTP client costs a third to a half of the
-# CPU per request its gRPC client does (grpc.aio), which on 2 cores is the server's CPU.
+# The tuner's own default protocol: its analyzer's HTTP client costs about a quarter of the CPU
+# per request its gRPC client (grpc.aio) does, which on 2 cores is the server's CPU.
 AUTOTUNE_PROTOCOL = "http"
 LABELS = {
     "quick": "Model Analyzer quick",
