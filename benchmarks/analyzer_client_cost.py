@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from peer import cpu_seconds
 from results_record import header, parse_with_smoke, write_record
 
 from analyzer.aio import run
@@ -84,12 +85,6 @@ async def served(url: str) -> int:
     stats = await client.statistics(MODEL)
     await client.close()
     return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    """User + system CPU seconds of `process` and its children that have exited."""
-    times = process.cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
 
 
 async def ours(url: str, concurrency: int, seconds: float) -> ClientRun:

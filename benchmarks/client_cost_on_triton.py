@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 import tritonclient.http as httpclient
-from peer import AUTOTUNE_PERF, STABILITY_FLAGS, Server, install, triton
+from peer import AUTOTUNE_PERF, STABILITY_FLAGS, Server, cpu_seconds, install, triton
 from python_models import build_bundled, write_python_repository
 from results_record import header, parse_with_smoke, write_record
 
@@ -65,21 +65,6 @@ def success_count(server: Server, model: str) -> int:
     finally:
         client.close()
     return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
-
-
-def cpu_seconds(process: psutil.Process, live_children: bool) -> float:
-    """User + system CPU of `process`, of its children that exited and, with `live_children`,
-    of those still running (tritonserver's python stubs)."""
-    times = process.cpu_times()
-    total = times.user + times.system + times.children_user + times.children_system
-    if live_children:
-        for child in process.children(recursive=True):
-            try:
-                child_times = child.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += child_times.user + child_times.system
-    return total
 
 
 def command(client: str, binary: Path, server: Server, model: str, concurrency: int) -> list[str]:

@@ -107,6 +107,7 @@ from triton_remeasure import (
     paired_ratios,
     perf_analyzer_client,
     remeasure,
+    slug,
     split_cpus,
     write_served,
 )
@@ -266,10 +267,10 @@ def goal_checks(
     return ratios, checks
 
 
-def remeasure_clients(args: Any, paths: dict[str, Path]) -> list[RemeasureClient]:
+def remeasure_clients(args: Any, paths: dict[str, Path], cpus: str | None) -> list[RemeasureClient]:
     """The re-measure's clients in the order of --remeasure-clients: perf_analyzer over
-    --protocol, our analyzer over --autotune-protocol (each tool's search's)."""
-    cpus = client_and_server_cpus(args)[0]
+    --protocol, our analyzer over --autotune-protocol (each tool's search's), on the CPUs
+    `cpus` when pinned."""
     made = {
         "perf_analyzer": lambda: perf_analyzer_client(paths["perf_analyzer"], args.protocol, cpus),
         "autotune": lambda: autotune_client(args.autotune_protocol, cpus),
@@ -297,17 +298,18 @@ def side_by_side(
     searches = search_rows(model, args.output)
     folder = scratch / f"{model}-remeasure"
     write_served(model, repository, served, folder / "repository")
+    client_cpus, server_cpus = client_and_server_cpus(args)
     by_client = []
-    for client in remeasure_clients(args, paths):
+    for client in remeasure_clients(args, paths, client_cpus):
         settings = SweepSettings(BUDGETS_MS[model], max_concurrency, window_ms, client)
         started = time.monotonic()
-        log = folder / f"tritonserver-{slug_of(client.name)}.log"
+        log = folder / f"tritonserver-{slug(client.name)}.log"
         with triton(
             paths["triton"],
             folder / "repository",
             log,
             ["--model-control-mode", "explicit"],
-            cpus=client_and_server_cpus(args)[1],
+            cpus=server_cpus,
         ) as server:
             measured = remeasure(server, model, served, settings, args.repeats, folder)
         ratios, checks = goal_checks(measured, searches)
@@ -340,9 +342,7 @@ def side_by_side(
             "repeats": args.repeats,
             "window_ms": window_ms,
             "max_concurrency": max_concurrency,
-            "pinned": dict(
-                zip(("client_cpus", "server_cpus"), client_and_server_cpus(args), strict=True)
-            ),
+            "pinned": {"client_cpus": client_cpus, "server_cpus": server_cpus},
             "client_runs": "time windows, -s 20 -r 15, up to 2 runs a point until stable",
             "sweep": "concurrency 1, 2, 4, ... until a p95 over the budget, then a binary "
             "search between the last point within it and that one; the figure: the highest "
@@ -354,10 +354,6 @@ def side_by_side(
         "searches": searches,
         "remeasure": by_client,
     }
-
-
-def slug_of(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-")
 
 
 def range_text(summary: dict[str, Any] | None, spec: str) -> str:

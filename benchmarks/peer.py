@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from google.protobuf import text_format
@@ -360,6 +361,21 @@ def measure(
         print(f"{label} no stable windows; measuring again", flush=True)
     print(f"{label} skipped: no stable windows", flush=True)
     return None
+
+
+def cpu_seconds(process: psutil.Process, live_children: bool = False) -> float:
+    """User + system CPU seconds of `process` and of its children that have exited; with
+    `live_children`, of those still running too (tritonserver's python stubs)."""
+    times = process.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    if live_children:
+        for child in process.children(recursive=True):
+            try:
+                child_times = child.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += child_times.user + child_times.system
+    return total
 
 
 def median_range(values: Sequence[float], spec: str) -> str:
