@@ -19,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.conftest import BUNDLED_REPOSITORY
-from tests.support.perf_analyzer import perf_analyzer_path
+from tests.support.perf_analyzer import LOOSE_STABILITY, perf_analyzer_path
 from tests.support.server_process import RunningServer, start_server, stop_server
 
 MODELS = ("simple", "add_sub_py")
@@ -83,8 +83,8 @@ def test_perf_analyzer_over_grpc(
         str(perf_analyzer_path()),
         *("-m", model, "-u", server.grpc_url, "-i", "grpc", *MODES[mode]),
         *("--concurrency-range", "1:2", "-p", "1000"),
-        # A noisy 2-core machine: loose stability, more windows before giving up.
-        *("-s", "50", "-r", "20", "-f", str(csv_path)),
+        *LOOSE_STABILITY,
+        *("-f", str(csv_path)),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=200)
     output = f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.perf_analyzer import perf_analyzer_path
+from tests.support.perf_analyzer import LOOSE_STABILITY, perf_analyzer_path
 from tests.support.server_process import RunningServer
 
 CSV_HEADER = [
@@ -61,8 +61,7 @@ def test_perf_analyzer_profiles_model(server: RunningServer, model: str, tmp_pat
         str(binary),
         *("-m", model, "-u", server.url, "-i", "http"),
         *("--concurrency-range", "1:2", "-p", "1000"),
-        # A noisy 2-core machine: loose stability, more windows before giving up.
-        *("-s", "50", "-r", "20"),
+        *LOOSE_STABILITY,
         *("-f", str(csv_path)),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=150)

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support.perf_analyzer import perf_analyzer_path
+from tests.support.perf_analyzer import LOOSE_STABILITY, perf_analyzer_path
 from tests.support.server_process import RunningServer
 
 # Longer than uvicorn's default idle keep-alive timeout (5 s), which the server used to apply.
@@ -112,8 +112,7 @@ def test_async_request_rate_sweep_matches_server_statistics(server: RunningServe
             # usual): perf_analyzer then lost requests on its connections, which is not what this
             # test checks (the idle-gap test above guards connection reuse).
             *("--request-rate-range", "500:1000:500", "-p", "1000"),
-            # A noisy 2-core machine: loose stability, more windows before giving up.
-            *("-s", "50", "-r", "10"),
+            *LOOSE_STABILITY,
         ]
     )
     after = _inference_stats(server, "simple")

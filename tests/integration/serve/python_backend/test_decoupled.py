@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support.perf_analyzer import perf_analyzer_path
+from tests.support.perf_analyzer import LOOSE_STABILITY, perf_analyzer_path
 from tests.support.server_process import RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.timeout(240)
@@ -267,7 +267,7 @@ def test_perf_analyzer_streams_the_decoupled_model(server: RunningServer, tmp_pa
         str(perf_analyzer_path()),
         *("-m", "repeat", "-u", server.grpc_url, "-i", "grpc", "--streaming"),
         *("--input-data", str(data), "--concurrency-range", "1:2", "-p", "1000"),
-        *("-s", "50", "-r", "20"),
+        *LOOSE_STABILITY,
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=200)
     output = f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"

@@ -25,7 +25,7 @@ from protocol.errors import ClientError
 from serve.platform import detect_platform
 from tests.conftest import BUNDLED_REPOSITORY
 from tests.support.models import write_echo_bytes
-from tests.support.perf_analyzer import perf_analyzer_path
+from tests.support.perf_analyzer import LOOSE_STABILITY, perf_analyzer_path
 from tests.support.server_process import RunningServer, start_server, stop_server
 
 SHM_DIRECTORY = Path("/dev/shm")
@@ -339,8 +339,7 @@ def test_perf_analyzer_with_system_shared_memory(
     command = [
         str(perf_analyzer_path()),
         *("-m", "simple", "-u", url, "-i", transport.name, "--shared-memory", "system"),
-        # A noisy 2-core machine: loose stability, more windows before giving up.
-        *("--concurrency-range", "1:1", "-p", "1000", "-s", "50", "-r", "20"),
+        *("--concurrency-range", "1:1", "-p", "1000", *LOOSE_STABILITY),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=150)
     output = f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
