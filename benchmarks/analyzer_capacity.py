@@ -51,6 +51,7 @@ from typing import Any
 
 import httpx
 import psutil
+from peer import success_count
 from results_record import header, parse_with_smoke, write_record
 
 from common.serve_process import ServeProcessError, start_serve_process, stop_serve_process
@@ -142,7 +143,7 @@ class Server:
     def served(self) -> int:
         """The server's success count for the model so far."""
         stats = self.http.get(f"/v2/models/{MODEL}/stats").json()
-        return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+        return success_count(stats)
 
     def stop(self) -> None:
         """Close the client and stop the server."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from peer import cpu_seconds
+from peer import cpu_seconds, success_count
 from results_record import header, parse_with_smoke, write_record
 
 from analyzer.aio import run
@@ -84,7 +84,7 @@ async def served(url: str) -> int:
     client = HttpClient(url)
     stats = await client.statistics(MODEL)
     await client.close()
-    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+    return success_count(stats)
 
 
 async def ours(url: str, concurrency: int, seconds: float) -> ClientRun:

@@ -31,7 +31,15 @@ from typing import Any
 
 import psutil
 import tritonclient.http as httpclient
-from peer import AUTOTUNE_PERF, STABILITY_FLAGS, Server, cpu_seconds, install, triton
+from peer import (
+    AUTOTUNE_PERF,
+    STABILITY_FLAGS,
+    Server,
+    cpu_seconds,
+    install,
+    success_count,
+    triton,
+)
 from python_models import build_bundled, write_python_repository
 from results_record import header, parse_with_smoke, write_record
 
@@ -58,13 +66,13 @@ class ClientRun:
         }
 
 
-def success_count(server: Server, model: str) -> int:
+def triton_success_count(server: Server, model: str) -> int:
+    """Triton's success count for `model` so far."""
     client = httpclient.InferenceServerClient(server.urls["http"])
     try:
-        stats = client.get_inference_statistics(model)
+        return success_count(client.get_inference_statistics(model))
     finally:
         client.close()
-    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
 
 
 def command(client: str, binary: Path, server: Server, model: str, concurrency: int) -> list[str]:
@@ -93,7 +101,7 @@ def measure(
         *("-p", str(int(args.seconds * 1000)), *STABILITY_FLAGS, "-f", str(csv_path)),
     ]
     served = psutil.Process(server.process.pid)
-    count_before = success_count(server, model)
+    count_before = triton_success_count(server, model)
     server_before = cpu_seconds(served, live_children=True)
     started = time.perf_counter()
     process = psutil.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -107,7 +115,7 @@ def measure(
     _, stderr = process.communicate()
     seconds = time.perf_counter() - started
     server_cpu = cpu_seconds(served, live_children=True) - server_before
-    requests = success_count(server, model) - count_before
+    requests = triton_success_count(server, model) - count_before
     if process.returncode != 0 or not csv_path.is_file() or requests == 0:
         raise SystemExit(f"{client} failed ({process.returncode}): {stderr.decode()[-2000:]}")
     with csv_path.open(newline="") as handle:

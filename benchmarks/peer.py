@@ -164,6 +164,16 @@ def wait_until_ready(
         time.sleep(poll_s)
 
 
+def pinned(cpus: str | None) -> tuple[str, ...]:
+    """The prefix that runs a command on the CPUs `cpus` (taskset's list); none for None."""
+    return () if cpus is None else ("taskset", "-c", cpus)
+
+
+def success_count(response: Mapping[str, Any]) -> int:
+    """The first model's success count in a KServe v2 statistics response (/v2/models/X/stats)."""
+    return int(response["model_stats"][0]["inference_stats"]["success"]["count"])
+
+
 @contextmanager
 def triton(
     wrapper: Path,
@@ -175,9 +185,7 @@ def triton(
     """Triton 2.51 (the wrapper install_triton_peer.sh prints) on `repository`, with Triton's
     own flags `extra` (e.g. --model-control-mode explicit), on the CPUs `cpus` (taskset's
     list, e.g. "1-3"; its python stubs inherit them) when given; stopped on exit."""
-    command = [*triton_command(wrapper, repository, free_port()), *extra]
-    if cpus is not None:
-        command = ["taskset", "-c", cpus, *command]
+    command = [*pinned(cpus), *triton_command(wrapper, repository, free_port()), *extra]
     with log.open("wb") as out:
         process = subprocess.Popen(tied_command(command), stdout=out, stderr=subprocess.STDOUT)
     try:

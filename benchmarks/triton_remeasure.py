@@ -36,7 +36,7 @@ from typing import Any
 
 import tritonclient.http as httpclient
 from google.protobuf import text_format
-from peer import AUTOTUNE_PERF, Run, Server, check_outputs, measure
+from peer import AUTOTUNE_PERF, Run, Server, check_outputs, measure, pinned
 from python_models import ORT_TOLERANCE, reference
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -78,11 +78,6 @@ def perf_analyzer_client(binary: Path, protocol: str, cpus: str | None) -> Remea
 
 def autotune_client(protocol: str, cpus: str | None) -> RemeasureClient:
     return RemeasureClient("autotune perf", (*pinned(cpus), *AUTOTUNE_PERF), protocol)
-
-
-def pinned(cpus: str | None) -> tuple[str, ...]:
-    """The prefix that runs a command on the CPUs `cpus` (taskset's list); none for None."""
-    return () if cpus is None else ("taskset", "-c", cpus)
 
 
 def split_cpus(count: int) -> tuple[str, str]:
