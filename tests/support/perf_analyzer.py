@@ -49,8 +49,9 @@ def perf_analyzer_path() -> Path:
     return path
 
 
-# Stability flags for tests that check what perf_analyzer reads, sends and counts, not how steady
-# the machine is. Under load (the other test process, the --workers 2 tier) a c1 run's throughput
-# swung past 1.5x between one-second windows for twenty windows in a row, so `-s 50` failed a CI
-# run; `-s 1000` takes the first three windows whose max / min stays within 11x.
+# Stability flags for closed-loop tests (a concurrency range: at most that many requests in
+# flight) that check what perf_analyzer reads, sends and counts, not how steady the machine is.
+# Under load (the other test process, the --workers 2 tier) a c1 run's throughput swung past
+# 1.5x between one-second windows for twenty windows in a row, so `-s 50` failed a CI run;
+# `-s 1000` takes the first three windows whose max / min stays within 11x.
 LOOSE_STABILITY = ("-s", "1000", "-r", "20")

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support.perf_analyzer import LOOSE_STABILITY, perf_analyzer_path
+from tests.support.perf_analyzer import perf_analyzer_path
 from tests.support.server_process import RunningServer
 
 # Longer than uvicorn's default idle keep-alive timeout (5 s), which the server used to apply.
@@ -108,11 +108,15 @@ def test_async_request_rate_sweep_matches_server_statistics(server: RunningServe
         [
             str(perf_analyzer_path()),
             *("-m", "simple", "-u", server.url, "-i", "http", "--async"),
-            # 2,000/s overloaded this 2-core machine when it ran slow (server latency 7x its
-            # usual): perf_analyzer then lost requests on its connections, which is not what this
-            # test checks (the idle-gap test above guards connection reuse).
-            *("--request-rate-range", "500:1000:500", "-p", "1000"),
-            *LOOSE_STABILITY,
+            # Rates well below what this 2-core machine serves with perf_analyzer's async HTTP
+            # beside it (~1,500/s quiet): at 2,000/s a slowed machine lost requests on
+            # perf_analyzer's connections, and 1,000/s with two CPU hogs beside it was served
+            # at 800/s with 2 s of queue. Open loop, unlike the concurrency tests: an overload
+            # piles requests up in flight across the window edges, so the counts below hold
+            # only below it, on steady windows (perf_analyzer's own check, with windows enough
+            # to wait out the other test process's burst).
+            *("--request-rate-range", "250:500:250", "-p", "1000"),
+            *("-s", "50", "-r", "20"),
         ]
     )
     after = _inference_stats(server, "simple")
@@ -120,7 +124,7 @@ def test_async_request_rate_sweep_matches_server_statistics(server: RunningServe
     assert not _ERROR.search(output), output
 
     levels = [match.groupdict() for match in _LEVEL.finditer(result.stdout)]
-    assert [int(level["rate"]) for level in levels] == [500, 1000], output
+    assert [int(level["rate"]) for level in levels] == [250, 500], output
     for level in levels:
         client, success = int(level["client"]), int(level["success"])
         assert client > 0 and int(level["inferences"]) == success, output
